@@ -1,0 +1,36 @@
+"""attention: the tested companion package of the book.
+
+Conventions everywhere: tensors ``[batch, heads, seq, dim]``; boolean masks ``True`` = may
+attend (as in ``torch.nn.functional.scaled_dot_product_attention``); float masks are additive
+biases.
+"""
+
+from .functional import naive_attention_float64, safe_softmax, scaled_dot_product_attention
+from .masks import (
+    block_layout_to_mask,
+    causal_mask,
+    combine_masks,
+    from_key_padding_mask,
+    from_torch_attn_mask,
+    padding_mask,
+    padding_mask_from_keep,
+    sliding_window_mask,
+    to_additive,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "block_layout_to_mask",
+    "causal_mask",
+    "combine_masks",
+    "from_key_padding_mask",
+    "from_torch_attn_mask",
+    "naive_attention_float64",
+    "padding_mask",
+    "padding_mask_from_keep",
+    "safe_softmax",
+    "scaled_dot_product_attention",
+    "sliding_window_mask",
+    "to_additive",
+]

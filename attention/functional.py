@@ -1,0 +1,127 @@
+"""Scaled dot-product attention: the reference every other variant is tested against.
+
+Layout: ``[batch, heads, seq, dim]``. Boolean masks: ``True`` = may attend (the polarity of
+``torch.nn.functional.scaled_dot_product_attention``). Float masks are additive biases.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._checks import check_choice, check_mask, check_probability, check_qkv
+from .masks import causal_mask
+
+Tensor = torch.Tensor
+
+CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
+
+
+def safe_softmax(scores: Tensor, dim: int = -1) -> Tensor:
+    """Softmax that returns zeros (not NaN) for a row whose entries are all ``-inf``.
+
+    A fully masked row has no key to attend to; the convention (torch >= 2.5's SDPA too) is an
+    all-zero weight row, hence a zero output. Gradients stay finite: the masked entries never
+    reach ``exp`` with a NaN.
+    """
+    row_max = scores.amax(dim=dim, keepdim=True)
+    # A row of -inf has max -inf; subtracting it would give (-inf) - (-inf) = NaN.
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    exp = torch.exp(scores - row_max.detach())
+    denom = exp.sum(dim=dim, keepdim=True)
+    return exp / torch.where(denom == 0, torch.ones_like(denom), denom)
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    *,
+    causal: bool = False,
+    causal_alignment: str = "top_left",
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    training: bool = False,
+    enable_gqa: bool = False,
+    return_weights: bool = False,
+    generator: torch.Generator | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """softmax(Q Kᵀ · scale + bias) V, written out step by step.
+
+    Args:
+        query: ``(B, H, Lq, E)``.
+        key: ``(B, Hk, Lk, E)``; ``Hk == H``, or ``H % Hk == 0`` with ``enable_gqa``.
+        value: ``(B, Hk, Lk, Ev)``.
+        mask: bool (``True`` = may attend) or float (added to the scores), broadcastable to
+            ``(B, H, Lq, Lk)``.
+        causal: forbid attending to later positions. Combined with ``mask`` by AND.
+        causal_alignment: when ``Lq != Lk``, ``"top_left"`` (torch's ``is_causal``: query i
+            sees keys ``j <= i``) or ``"bottom_right"`` (FlashAttention's, for decoding with a
+            cache: the last query sees every key, ``j <= i + Lk - Lq``).
+        scale: multiplies the scores; default ``1 / sqrt(E)``.
+        dropout_p: dropout on the attention weights, applied only when ``training``.
+        enable_gqa: allow fewer key/value heads than query heads (grouped-query attention);
+            query head ``h`` uses key head ``h // (H // Hk)``, as in torch.
+        return_weights: also return the weights ``(B, H, Lq, Lk)`` (before dropout).
+        generator: random generator for dropout.
+
+    Returns:
+        ``(B, H, Lq, Ev)`` in the dtype of ``query``, and the weights if asked. Half-precision
+        inputs are computed in float32 and cast back. A query with no allowed key gets zeros.
+    """
+    check_qkv(query, key, value, enable_gqa=enable_gqa)
+    check_choice("causal_alignment", causal_alignment, CAUSAL_ALIGNMENTS)
+    dropout_p = check_probability("dropout_p", dropout_p)
+    b, h, lq, e = query.shape
+    lk = key.shape[-2]
+    check_mask(mask, (b, h, lq, lk))
+    if scale is None:
+        scale = 1.0 / math.sqrt(e)
+
+    out_dtype = query.dtype
+    compute_dtype = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
+    q, k, v = (t.to(compute_dtype) for t in (query, key, value))
+    if k.shape[1] != h:  # grouped-query attention: share each key/value head across a group
+        group = h // k.shape[1]
+        k = k.repeat_interleave(group, dim=1)  # (B, H, Lk, E)
+        v = v.repeat_interleave(group, dim=1)  # (B, H, Lk, Ev)
+
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Lq, Lk)
+    allowed = None
+    if causal:
+        allowed = causal_mask(lq, lk, alignment=causal_alignment, device=q.device)  # (Lq, Lk)
+    if mask is not None and mask.dtype == torch.bool:
+        allowed = mask if allowed is None else allowed & mask
+    elif mask is not None:
+        scores = scores + mask.to(compute_dtype)  # additive bias (may hold -inf)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+
+    weights = safe_softmax(scores, dim=-1)  # (B, H, Lq, Lk)
+    dropped = weights
+    if training and dropout_p > 0.0:
+        keep = torch.rand(weights.shape, device=weights.device, generator=generator) >= dropout_p
+        dropped = weights * keep / (1.0 - dropout_p)
+    out = torch.matmul(dropped, v).to(out_dtype)  # (B, H, Lq, Ev)
+    if return_weights:
+        return out, weights.to(out_dtype)
+    return out
+
+
+def naive_attention_float64(
+    query: Tensor, key: Tensor, value: Tensor, allowed: Tensor | None = None
+) -> Tensor:
+    """The textbook formula in float64 with an explicit per-row loop-free mask.
+
+    Used by tests as an independent reference. ``allowed`` is a bool mask broadcastable to
+    ``(B, H, Lq, Lk)``; rows with no allowed key give zeros. Returns float64.
+    """
+    q, k, v = (t.double() for t in (query, key, value))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    w = torch.softmax(scores, dim=-1)
+    w = torch.nan_to_num(w, nan=0.0)
+    return w @ v

@@ -105,9 +105,7 @@ def check_qkv(query: object, key: object, value: object, *, enable_gqa: bool = F
             f"{tuple(value.shape)}"
         )
     if hv != hk:
-        raise ValueError(
-            f"key and value must have the same number of heads, got {hk} and {hv}"
-        )
+        raise ValueError(f"key and value must have the same number of heads, got {hk} and {hv}")
     if hk != h:
         if not enable_gqa:
             raise ValueError(

@@ -1,0 +1,197 @@
+"""The book's figures: attention heat maps, grids of heads, training and scaling curves.
+
+One style for every chapter (:func:`set_style`). Each helper draws into a given ``ax`` or a new
+figure, sets a title and axis labels, and returns the Axes (or Figure); nothing calls
+``plt.show()``, so the helpers work headless (Agg backend, CI) and in notebooks alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+# The book's look: readable at notebook width, light grid, a perceptually uniform colour map.
+STYLE = {
+    "figure.figsize": (6.0, 4.0),
+    "figure.dpi": 100,
+    "savefig.dpi": 150,
+    "savefig.bbox": "tight",
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "legend.frameon": False,
+    "lines.linewidth": 1.8,
+    "lines.markersize": 5,
+    "image.cmap": "viridis",
+}
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def set_style() -> None:
+    """Apply the book's matplotlib style (rcParams) for the rest of the session."""
+    mpl.rcParams.update(STYLE)
+
+
+def _as_array(name: str, weights: object, rank: int, layout: str) -> np.ndarray:
+    """A ``rank``-D float array from a tensor or array; refuses other ranks."""
+    if isinstance(weights, torch.Tensor):
+        weights = weights.detach().to("cpu", torch.float32).numpy()
+    if not isinstance(weights, np.ndarray):
+        raise TypeError(
+            f"{name} must be a torch.Tensor or numpy array, got {type(weights).__name__}"
+        )
+    if weights.ndim != rank:
+        raise ValueError(
+            f"{name} must have {rank} dimensions {layout}, got {weights.ndim} with shape "
+            f"{tuple(weights.shape)}"
+        )
+    return weights.astype(np.float32)
+
+
+def _check_labels(name: str, labels: Sequence[str] | None, n: int, dim: str) -> None:
+    if labels is not None and len(labels) != n:
+        raise ValueError(f"{name} must have one label per {dim} ({n}), got {len(labels)}")
+
+
+def _draw_heatmap(ax, w: np.ndarray, x_labels, y_labels, vmin, vmax, cmap):
+    lq, lk = w.shape
+    image = ax.imshow(w, vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto", interpolation="nearest")
+    ax.grid(False)  # grid lines would cut through the cells
+    if x_labels is not None:
+        ax.set_xticks(range(lk), [str(t) for t in x_labels], rotation=90)
+    if y_labels is not None:
+        ax.set_yticks(range(lq), [str(t) for t in y_labels])
+    ax.set_xlabel("key" if x_labels is not None else "key position")
+    ax.set_ylabel("query" if y_labels is not None else "query position")
+    return image
+
+
+def plot_attention(
+    weights: torch.Tensor | np.ndarray,
+    x_labels: Sequence[str] | None = None,
+    y_labels: Sequence[str] | None = None,
+    title: str = "Attention weights",
+    ax: plt.Axes | None = None,
+    *,
+    vmin: float | None = 0.0,
+    vmax: float | None = None,
+    cmap: str | None = None,
+    colorbar: bool = True,
+) -> plt.Axes:
+    """Heat map of one head's weights ``(Lq, Lk)``: row i = how query i spreads over the keys.
+
+    ``x_labels`` name the keys (columns), ``y_labels`` the queries (rows). The colour bar is
+    labelled "attention weight" (a probability, no unit). Pass ``vmin=None`` for raw scores
+    that may be negative. Returns the Axes.
+    """
+    w = _as_array("weights", weights, 2, "(q_len, k_len)")
+    _check_labels("x_labels", x_labels, w.shape[1], "key")
+    _check_labels("y_labels", y_labels, w.shape[0], "query")
+    if ax is None:
+        _, ax = plt.subplots()
+    image = _draw_heatmap(ax, w, x_labels, y_labels, vmin, vmax, cmap)
+    ax.set_title(title)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, label="attention weight")
+    return ax
+
+
+def plot_heads(
+    weights: torch.Tensor | np.ndarray,
+    x_labels: Sequence[str] | None = None,
+    y_labels: Sequence[str] | None = None,
+    title: str = "Attention weights per head",
+    ncols: int = 4,
+    *,
+    head_titles: Sequence[str] | None = None,
+    vmin: float | None = 0.0,
+    vmax: float | None = None,
+    cmap: str | None = None,
+) -> plt.Figure:
+    """A grid of heat maps, one per head, for weights ``(H, Lq, Lk)``.
+
+    All heads share one colour scale (so that they can be compared) and one colour bar.
+    Returns the Figure; its axes are ``fig.axes[:H]`` in head order.
+    """
+    w = _as_array("weights", weights, 3, "(heads, q_len, k_len)")
+    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
+        raise ValueError(f"ncols must be an int >= 1, got {ncols!r}")
+    n_heads = w.shape[0]
+    _check_labels("x_labels", x_labels, w.shape[2], "key")
+    _check_labels("y_labels", y_labels, w.shape[1], "query")
+    _check_labels("head_titles", head_titles, n_heads, "head")
+    ncols = min(ncols, n_heads)
+    nrows = math.ceil(n_heads / ncols)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(3.0 * ncols + 1.0, 2.8 * nrows + 0.6), squeeze=False
+    )
+    vmax = float(w.max()) if vmax is None else vmax
+    image = None
+    for idx, ax in enumerate(axes.flat):
+        if idx >= n_heads:
+            ax.remove()  # an empty cell of the last row
+            continue
+        image = _draw_heatmap(ax, w[idx], x_labels, y_labels, vmin, vmax, cmap)
+        ax.set_title(head_titles[idx] if head_titles is not None else f"head {idx}")
+    fig.suptitle(title)
+    fig.colorbar(image, ax=fig.axes, label="attention weight")
+    return fig
+
+
+def plot_lines(
+    xs: Sequence[float] | Mapping[str, Sequence[float]],
+    ys_by_label: Mapping[str, Sequence[float | None]],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    logx: bool = False,
+    logy: bool = False,
+    ax: plt.Axes | None = None,
+    *,
+    markers: bool = True,
+) -> plt.Axes:
+    """Curves for training logs and scaling measurements, one per label, with a legend.
+
+    ``xs`` is shared by every curve, or a mapping label -> xs when curves are sampled at
+    different points. A ``None``/NaN y (a run that did not fit in memory, say) leaves a gap.
+    Put units in ``xlabel``/``ylabel`` (``"sequence length (tokens)"``, ``"time (ms)"``).
+    Returns the Axes.
+    """
+    if not isinstance(ys_by_label, Mapping) or not ys_by_label:
+        raise TypeError(
+            f"ys_by_label must be a non-empty mapping label -> values, got "
+            f"{type(ys_by_label).__name__}"
+        )
+    for name, text in (("title", title), ("xlabel", xlabel), ("ylabel", ylabel)):
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"{name} must be a non-empty string, got {text!r}")
+    if ax is None:
+        _, ax = plt.subplots()
+    for idx, (label, ys) in enumerate(ys_by_label.items()):
+        x = xs[label] if isinstance(xs, Mapping) else xs
+        if len(x) != len(ys):
+            raise ValueError(
+                f"ys_by_label[{label!r}] has {len(ys)} values but its xs have {len(x)}"
+            )
+        y = np.array([np.nan if v is None else float(v) for v in ys])
+        marker = MARKERS[idx % len(MARKERS)] if markers else None
+        ax.plot(np.asarray(x, dtype=float), y, marker=marker, label=str(label))
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend()
+    return ax

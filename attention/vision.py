@@ -1,0 +1,478 @@
+"""Attention for images: ViT's patch tokens and Swin's (shifted) window attention.
+
+Images are ``(B, C, H, W)`` (torch's channel-first layout) when they enter a patch embedding;
+inside Swin the token grid is kept as ``(B, H·W, C)`` (row-major: token ``r·W + c`` is pixel
+``(r, c)``) and viewed as ``(B, H, W, C)`` when windows are cut. Attention masks follow the
+book: bool ``True`` = may attend, float = additive bias.
+
+ViT turns an image into a sequence and runs a plain Transformer encoder over it: cost
+quadratic in the number of patches. Swin restricts attention to non-overlapping
+``window × window`` groups of tokens (cost linear in the image area) and alternates with a
+cyclically shifted grid so that information crosses window borders.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._checks import check_float, check_positive_int, check_probability, check_rank
+from .blocks import Encoder, FeedForward
+from .functional import scaled_dot_product_attention
+from .masks import to_additive
+
+Tensor = torch.Tensor
+
+
+# --------------------------------------------------------------------------------------------
+# Small validation helpers specific to images
+# --------------------------------------------------------------------------------------------
+
+
+def _pair(name: str, value: object) -> tuple[int, int]:
+    """``int`` or ``(int, int)`` → ``(height, width)``, each checked to be a positive int."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError(f"{name} must be an int or a pair (height, width), got {value!r}")
+        return (
+            check_positive_int(f"{name}[0]", value[0]),
+            check_positive_int(f"{name}[1]", value[1]),
+        )
+    n = check_positive_int(name, value)
+    return n, n
+
+
+def _check_divisible(name: str, size: tuple[int, int], by: int, by_name: str) -> None:
+    if size[0] % by or size[1] % by:
+        raise ValueError(
+            f"{name} {size} (height, width) must be divisible by {by_name}={by}; "
+            f"crop or pad the image to a multiple of {by}"
+        )
+
+
+def _check_tokens(name: str, x: Tensor, resolution: tuple[int, int], d_model: int) -> None:
+    """``x`` must be ``(B, H·W, d_model)`` for the grid ``resolution = (H, W)``."""
+    check_float(name, x)
+    check_rank(name, x, 3, "[batch, height*width, channels]")
+    want = resolution[0] * resolution[1]
+    if x.shape[1] != want or x.shape[2] != d_model:
+        raise ValueError(
+            f"{name} must have shape (B, {want}, {d_model}) for a {resolution[0]}x{resolution[1]} "
+            f"grid of width {d_model}, got {tuple(x.shape)}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# ViT: patches as tokens
+# --------------------------------------------------------------------------------------------
+
+
+class PatchEmbedding(nn.Module):
+    """Cut an image into non-overlapping ``patch × patch`` squares and embed each linearly.
+
+    A convolution with ``kernel_size = stride = patch_size`` *is* "flatten each patch and apply
+    one shared linear layer": each output position sees exactly one patch and the kernel is the
+    linear layer's weight. The conv form is just faster.
+
+    Args:
+        image_size: ``int`` or ``(H, W)``; both divisible by ``patch_size``.
+        patch_size: side of a square patch, in pixels.
+        in_channels: ``C`` of the input images.
+        d_model: width of each patch token.
+
+    ``forward(images (B, C, H, W)) -> (B, N, d_model)`` with ``N = (H/p)·(W/p)`` patches in
+    row-major order.
+    """
+
+    def __init__(self, image_size, patch_size: int, in_channels: int, d_model: int) -> None:
+        super().__init__()
+        self.image_size = _pair("image_size", image_size)
+        self.patch_size = check_positive_int("patch_size", patch_size)
+        self.in_channels = check_positive_int("in_channels", in_channels)
+        self.d_model = check_positive_int("d_model", d_model)
+        _check_divisible("image_size", self.image_size, patch_size, "patch_size")
+        self.grid_size = (self.image_size[0] // patch_size, self.image_size[1] // patch_size)
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        self.proj = nn.Conv2d(in_channels, d_model, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, images: Tensor) -> Tensor:
+        check_float("images", images)
+        check_rank("images", images, 4, "[batch, channels, height, width]")
+        _, c, h, w = images.shape
+        if c != self.in_channels:
+            raise ValueError(
+                f"images must have {self.in_channels} channels (dim 1 of [batch, channels, "
+                f"height, width]), got {c} in shape {tuple(images.shape)}"
+            )
+        if (h, w) != self.image_size:
+            raise ValueError(
+                f"images must be {self.image_size[0]}x{self.image_size[1]} (height x width), "
+                f"got {h}x{w} in shape {tuple(images.shape)}"
+            )
+        x = self.proj(images)  # (B, D, H/p, W/p)
+        return x.flatten(2).transpose(1, 2)  # (B, N, D)
+
+
+class ViTEmbedding(nn.Module):
+    """Patch tokens, a learned ``[CLS]`` token in front, plus learned positional embeddings.
+
+    ``forward(images (B, C, H, W)) -> (B, 1 + N, d_model)``; token 0 is ``[CLS]``. Position
+    embeddings are learned (one vector per slot, ``[CLS]`` included), as in ViT; the patch order
+    is fixed, so the model learns the 2-D layout from data.
+    """
+
+    def __init__(
+        self, image_size, patch_size: int, in_channels: int, d_model: int, dropout: float = 0.0
+    ) -> None:
+        super().__init__()
+        self.patches = PatchEmbedding(image_size, patch_size, in_channels, d_model)
+        self.num_tokens = self.patches.num_patches + 1
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))
+        self.pos_embedding = nn.Parameter(torch.zeros(1, self.num_tokens, d_model))
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        nn.init.trunc_normal_(self.pos_embedding, std=0.02)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, images: Tensor) -> Tensor:
+        x = self.patches(images)  # (B, N, D)
+        cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, D)
+        x = torch.cat([cls, x], dim=1) + self.pos_embedding  # (B, 1 + N, D)
+        return self.dropout(x)
+
+
+class VisionTransformer(nn.Module):
+    """A small ViT classifier: patch tokens → pre-LN Transformer encoder → ``[CLS]`` → logits.
+
+    Built from :class:`attention.blocks.Encoder` (full self-attention over all ``1 + N``
+    tokens; no mask: every patch is real). ``forward(images (B, C, H, W)) -> (B, num_classes)``.
+    """
+
+    def __init__(
+        self,
+        image_size,
+        patch_size: int,
+        in_channels: int,
+        num_classes: int,
+        d_model: int,
+        num_heads: int,
+        num_layers: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        *,
+        attn_fn=None,
+    ) -> None:
+        super().__init__()
+        check_positive_int("num_classes", num_classes)
+        self.embedding = ViTEmbedding(image_size, patch_size, in_channels, d_model, dropout)
+        self.encoder = Encoder(
+            num_layers,
+            d_model,
+            num_heads,
+            d_ff,
+            dropout=dropout,
+            pre_ln=True,
+            activation="gelu",
+            attn_fn=attn_fn,
+        )
+        self.head = nn.Linear(d_model, num_classes)
+
+    def forward(self, images: Tensor) -> Tensor:
+        x = self.embedding(images)  # (B, 1 + N, D)
+        x = self.encoder(x)  # (B, 1 + N, D); pre-LN Encoder ends with a LayerNorm
+        return self.head(x[:, 0])  # (B, num_classes)
+
+
+# --------------------------------------------------------------------------------------------
+# Swin: windows, shifts and the region mask
+# --------------------------------------------------------------------------------------------
+
+
+def window_partition(x: Tensor, window: int) -> Tensor:
+    """Cut a grid ``(B, H, W, C)`` into windows ``(B·nW, window², C)``, ``nW = HW / window²``.
+
+    Windows are ordered image by image, then row-major over the window grid; tokens inside a
+    window are row-major. :func:`window_reverse` undoes it.
+    """
+    check_rank("x", x, 4, "[batch, height, width, channels]")
+    window = check_positive_int("window", window)
+    b, h, w, c = x.shape
+    _check_divisible("x's grid", (h, w), window, "window")
+    x = x.view(b, h // window, window, w // window, window, c)  # (B, nH, ws, nW, ws, C)
+    x = x.permute(0, 1, 3, 2, 4, 5)  # (B, nH, nW, ws, ws, C): the window grid first
+    return x.reshape(-1, window * window, c)  # (B·nW, ws², C)
+
+
+def window_reverse(windows: Tensor, window: int, height: int, width: int) -> Tensor:
+    """Inverse of :func:`window_partition`: ``(B·nW, window², C) -> (B, H, W, C)``."""
+    check_rank("windows", windows, 3, "[batch*num_windows, window*window, channels]")
+    window = check_positive_int("window", window)
+    size = (check_positive_int("height", height), check_positive_int("width", width))
+    _check_divisible("(height, width)", size, window, "window")
+    n_h, n_w = height // window, width // window
+    bw, n, c = windows.shape
+    if n != window * window or bw % (n_h * n_w):
+        raise ValueError(
+            f"windows must have shape (B*{n_h * n_w}, {window * window}, C) for a "
+            f"{height}x{width} grid cut into {window}x{window} windows, got {tuple(windows.shape)}"
+        )
+    x = windows.view(-1, n_h, n_w, window, window, c)  # (B, nH, nW, ws, ws, C)
+    x = x.permute(0, 1, 3, 2, 4, 5)  # (B, nH, ws, nW, ws, C)
+    return x.reshape(-1, height, width, c)  # (B, H, W, C)
+
+
+def cyclic_shift(x: Tensor, shift: int) -> Tensor:
+    """Roll a grid ``(B, H, W, C)`` up and left by ``shift`` (``-shift`` rolls it back).
+
+    Swin's trick: after the roll, the regular window grid covers windows displaced by
+    ``shift`` in the original image, so the same batched window code serves both layers. The
+    rows/columns that wrap around are not neighbours of the ones they land next to; the mask
+    of :func:`shifted_window_mask` keeps them apart.
+    """
+    check_rank("x", x, 4, "[batch, height, width, channels]")
+    if isinstance(shift, bool) or not isinstance(shift, int):
+        raise TypeError(f"shift must be an int, got {type(shift).__name__} ({shift!r})")
+    return torch.roll(x, shifts=(-shift, -shift), dims=(1, 2))
+
+
+def shifted_window_mask(
+    height: int, width: int, window: int, shift: int, *, device: torch.device | str | None = None
+) -> Tensor:
+    """Which tokens of each window may attend each other after :func:`cyclic_shift`.
+
+    Returns bool ``(nW, window², window²)``, ``True`` = may attend (the book's polarity; turn
+    it into an additive bias with :func:`attention.masks.to_additive`). Window ``n`` is the
+    ``n``-th window of :func:`window_partition` on the *shifted* grid.
+
+    The Swin paper's construction: label each pixel of the shifted grid by the region it came
+    from (3 bands per axis: the untouched part, the last window's part, and the wrapped-around
+    strip of ``shift`` rows/columns), then allow a pair iff both labels match. With
+    ``shift = 0`` everything is allowed. Every token may attend at least itself, so no row is
+    fully masked.
+    """
+    size = (check_positive_int("height", height), check_positive_int("width", width))
+    window = check_positive_int("window", window)
+    shift = check_positive_int("shift", shift, allow_zero=True)
+    _check_divisible("(height, width)", size, window, "window")
+    if shift >= window:
+        raise ValueError(f"shift must be in [0, window={window}), got {shift}")
+    labels = torch.zeros(1, height, width, 1, dtype=torch.long, device=device)
+    if shift > 0:
+        bands = (slice(0, -window), slice(-window, -shift), slice(-shift, None))
+        label = 0
+        for rows in bands:
+            for cols in bands:
+                labels[:, rows, cols, :] = label
+                label += 1
+    per_window = window_partition(labels, window).squeeze(-1)  # (nW, ws²)
+    return per_window[:, :, None] == per_window[:, None, :]  # (nW, ws², ws²)
+
+
+class RelativePositionBias(nn.Module):
+    """Swin's learned bias for each (query, key) offset inside a window, one per head.
+
+    Offsets along each axis range over ``-(w-1) .. w-1``: ``(2w-1)²`` distinct 2-D offsets,
+    each with a learned value per head (the table ``((2w-1)², H)``). The index buffer
+    ``(w², w²)`` maps a (query, key) pair to its table row. ``forward() -> (H, w², w²)``, an
+    additive bias for the scores.
+    """
+
+    def __init__(self, window: int, num_heads: int) -> None:
+        super().__init__()
+        self.window = check_positive_int("window", window)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.table = nn.Parameter(torch.zeros((2 * window - 1) ** 2, num_heads))
+        nn.init.trunc_normal_(self.table, std=0.02)
+        rows, cols = torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij")
+        coords = torch.stack([rows.flatten(), cols.flatten()])  # (2, w²): (row, col) per token
+        offsets = coords[:, :, None] - coords[:, None, :]  # (2, w², w²): query - key
+        offsets = offsets + (window - 1)  # shift each axis into 0 .. 2w-2
+        index = offsets[0] * (2 * window - 1) + offsets[1]  # (w², w²)
+        self.register_buffer("index", index, persistent=False)
+
+    def forward(self) -> Tensor:
+        n = self.window * self.window
+        bias = self.table[self.index.reshape(-1)]  # (w²·w², H)
+        return bias.view(n, n, self.num_heads).permute(2, 0, 1)  # (H, w², w²)
+
+
+class WindowAttention(nn.Module):
+    """Multi-head self-attention inside each window, with the relative position bias.
+
+    ``forward(windows (B·nW, w², d_model), mask=None) -> (B·nW, w², d_model)``. ``mask`` is the
+    bool ``(nW, w², w²)`` of :func:`shifted_window_mask` (``True`` = may attend), the same for
+    every image of the batch. The scores go through the package's
+    :func:`attention.functional.scaled_dot_product_attention` with one additive bias =
+    relative bias + mask (``-inf`` where not allowed). Scores are ``(B·nW, H, w², w²)``:
+    ``B·H·HW·w²`` elements, linear in the image area ``HW``.
+    """
+
+    def __init__(self, d_model: int, window: int, num_heads: int, *, qkv_bias: bool = True):
+        super().__init__()
+        self.d_model = check_positive_int("d_model", d_model)
+        self.window = check_positive_int("window", window)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        if d_model % num_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=qkv_bias)
+        self.proj = nn.Linear(d_model, d_model)
+        self.relative_bias = RelativePositionBias(window, num_heads)
+
+    def forward(
+        self, windows: Tensor, mask: Tensor | None = None, *, return_weights: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        n = self.window * self.window
+        check_float("windows", windows)
+        check_rank("windows", windows, 3, "[batch*num_windows, window*window, d_model]")
+        bw, _, _ = windows.shape
+        if windows.shape[1:] != (n, self.d_model):
+            raise ValueError(
+                f"windows must have shape (B*nW, {n}, {self.d_model}) for window={self.window}, "
+                f"got {tuple(windows.shape)}"
+            )
+        h, dh = self.num_heads, self.d_model // self.num_heads
+        qkv = self.qkv(windows).view(bw, n, 3, h, dh)  # (B·nW, w², 3, H, Dh)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B·nW, H, w², Dh)
+
+        bias = self.relative_bias().to(q.dtype).unsqueeze(0)  # (1, H, w², w²)
+        if mask is not None:
+            if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+                raise TypeError(
+                    "mask must be a bool tensor (nW, window², window²), True = may attend, "
+                    f"got {type(mask).__name__ if not isinstance(mask, Tensor) else mask.dtype}"
+                )
+            n_win = mask.shape[0]
+            if mask.dim() != 3 or mask.shape[1:] != (n, n) or bw % n_win:
+                raise ValueError(
+                    f"mask must have shape (nW, {n}, {n}) with nW dividing the {bw} windows, "
+                    f"got {tuple(mask.shape)}"
+                )
+            # Windows are ordered image-major, so window i uses mask row i % nW.
+            region = to_additive(mask, dtype=q.dtype)  # (nW, w², w²), 0 or -inf
+            region = region.unsqueeze(0).expand(bw // n_win, -1, -1, -1)  # (B, nW, w², w²)
+            bias = bias + region.reshape(bw, 1, n, n)  # (B·nW, H, w², w²)
+        result = scaled_dot_product_attention(q, k, v, bias, return_weights=return_weights)
+        out, weights = result if return_weights else (result, None)  # (B·nW, H, w², Dh)
+        out = self.proj(out.transpose(1, 2).reshape(bw, n, self.d_model))  # (B·nW, w², D)
+        return (out, weights) if return_weights else out
+
+
+class SwinBlock(nn.Module):
+    """One Swin Transformer block: pre-LN (shifted) window attention, then a pre-LN MLP.
+
+    ``x = x + attend(norm1(x)); x = x + mlp(norm2(x))`` on tokens ``(B, H·W, d_model)``.
+    ``shift = 0`` gives regular windows; ``shift = window // 2`` the shifted ones (Swin
+    alternates the two). Attention never leaves a window: cost linear in ``H·W``.
+
+    Args:
+        d_model: token width ``C``.
+        input_resolution: the token grid, ``int`` or ``(H, W)``, both divisible by ``window``.
+        num_heads: heads of the window attention.
+        window: side of a square window, in tokens.
+        shift: cyclic shift in ``[0, window)``.
+        mlp_ratio: hidden width of the MLP is ``mlp_ratio · d_model``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        input_resolution,
+        num_heads: int,
+        window: int,
+        shift: int = 0,
+        *,
+        mlp_ratio: float = 4.0,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.resolution = _pair("input_resolution", input_resolution)
+        self.d_model = check_positive_int("d_model", d_model)
+        self.window = check_positive_int("window", window)
+        self.shift = check_positive_int("shift", shift, allow_zero=True)
+        _check_divisible("input_resolution", self.resolution, window, "window")
+        if shift >= window:
+            raise ValueError(f"shift must be in [0, window={window}), got {shift}")
+        self.norm1 = nn.LayerNorm(d_model)
+        self.attn = WindowAttention(d_model, window, num_heads)
+        self.norm2 = nn.LayerNorm(d_model)
+        dropout = check_probability("dropout", dropout)
+        hidden = int(mlp_ratio * d_model) if isinstance(mlp_ratio, (int, float)) else 0
+        if isinstance(mlp_ratio, bool) or hidden < 1:
+            raise ValueError(
+                f"mlp_ratio must be a number with mlp_ratio * d_model >= 1, got {mlp_ratio!r}"
+            )
+        # Swin's MLP: the package's FeedForward (dropout on the hidden layer) + output dropout.
+        self.mlp = nn.Sequential(FeedForward(d_model, hidden, dropout, "gelu"), nn.Dropout(dropout))
+        region = shifted_window_mask(*self.resolution, window, shift) if shift else None
+        self.register_buffer("region_mask", region, persistent=False)  # (nW, w², w²) or None
+
+    def attend(self, x: Tensor) -> Tensor:
+        """The attention sub-layer alone, on the whole grid: ``(B, H·W, C) -> (B, H·W, C)``.
+
+        Shift, cut into windows, attend inside each window, paste back, shift back.
+        """
+        _check_tokens("x", x, self.resolution, self.d_model)
+        (h, w), c = self.resolution, self.d_model
+        grid = x.view(-1, h, w, c)  # (B, H, W, C)
+        if self.shift:
+            grid = cyclic_shift(grid, self.shift)
+        windows = window_partition(grid, self.window)  # (B·nW, w², C)
+        windows = self.attn(windows, self.region_mask)  # (B·nW, w², C)
+        grid = window_reverse(windows, self.window, h, w)  # (B, H, W, C)
+        if self.shift:
+            grid = cyclic_shift(grid, -self.shift)
+        return grid.reshape(-1, h * w, c)  # (B, H·W, C)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.attend(self.norm1(x))  # (B, H·W, C)
+        return x + self.mlp(self.norm2(x))  # (B, H·W, C)
+
+
+class PatchMerging(nn.Module):
+    """Swin's downsampling: concatenate each 2×2 group of tokens, normalise, project 4C → 2C.
+
+    ``forward(x (B, H·W, C)) -> (B, (H/2)·(W/2), 2C)``. The four neighbours of output
+    ``(i, j)`` are concatenated in the order ``(2i, 2j), (2i+1, 2j), (2i, 2j+1), (2i+1, 2j+1)``
+    (the reference implementation's).
+    """
+
+    def __init__(self, input_resolution, d_model: int) -> None:
+        super().__init__()
+        self.resolution = _pair("input_resolution", input_resolution)
+        self.d_model = check_positive_int("d_model", d_model)
+        _check_divisible("input_resolution", self.resolution, 2, "the merge factor")
+        self.norm = nn.LayerNorm(4 * d_model)
+        self.reduction = nn.Linear(4 * d_model, 2 * d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        _check_tokens("x", x, self.resolution, self.d_model)
+        (h, w), c = self.resolution, self.d_model
+        grid = x.view(-1, h, w, c)  # (B, H, W, C)
+        corners = [
+            grid[:, 0::2, 0::2],
+            grid[:, 1::2, 0::2],
+            grid[:, 0::2, 1::2],
+            grid[:, 1::2, 1::2],
+        ]
+        merged = torch.cat(corners, dim=-1)  # (B, H/2, W/2, 4C)
+        merged = merged.reshape(-1, (h // 2) * (w // 2), 4 * c)  # (B, HW/4, 4C)
+        return self.reduction(self.norm(merged))  # (B, HW/4, 2C)
+
+
+def window_attention_score_count(
+    batch: int, height: int, width: int, num_heads: int, window: int
+) -> int:
+    """Number of score entries one window-attention layer computes: ``B·H_heads·HW·window²``.
+
+    Compare with ``B·H_heads·(HW)²`` for global attention over the same grid.
+    """
+    for name, value in (
+        ("batch", batch),
+        ("height", height),
+        ("width", width),
+        ("num_heads", num_heads),
+        ("window", window),
+    ):
+        check_positive_int(name, value)
+    _check_divisible("(height, width)", (height, width), window, "window")
+    n_windows = (height // window) * (width // window)
+    return batch * n_windows * num_heads * window**4

@@ -1,0 +1,1 @@
+"""Helpers for the experiments of individual chapters (one module per chapter)."""

@@ -22,6 +22,7 @@ from attention.vision import (
     PatchMerging,
     RelativePositionBias,
     SwinBlock,
+    VisionTransformer,
     ViTEmbedding,
     WindowAttention,
     cyclic_shift,
@@ -108,9 +109,6 @@ def test_vit_embedding_prepends_cls_and_adds_positions():
 
 
 def test_vision_transformer_classifies_from_cls_over_all_patches():
-    pytest.importorskip("attention.blocks")
-    from attention.vision import VisionTransformer
-
     torch.manual_seed(3)
     model = VisionTransformer(8, 4, 1, 3, d_model=16, num_heads=2, num_layers=2, d_ff=32).eval()
     images = torch.randn(2, 1, 8, 8, requires_grad=True)

@@ -5,7 +5,10 @@ attend (as in ``torch.nn.functional.scaled_dot_product_attention``); float masks
 biases.
 """
 
+from . import multimodal, vision
+from .blocks import DecoderBlock, Encoder, EncoderLayer, FeedForward, SequenceClassifier
 from .functional import naive_attention_float64, safe_softmax, scaled_dot_product_attention
+from .heads import MultiHeadAttention, SelfAttention, merge_heads, split_heads
 from .masks import (
     block_layout_to_mask,
     causal_mask,
@@ -17,10 +20,39 @@ from .masks import (
     sliding_window_mask,
     to_additive,
 )
+from .positional import (
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    rope_angles,
+    sinusoidal_encoding,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DecoderBlock",
+    "Encoder",
+    "EncoderLayer",
+    "FeedForward",
+    "LearnedPositionalEmbedding",
+    "MultiHeadAttention",
+    "RotaryEmbedding",
+    "SelfAttention",
+    "SequenceClassifier",
+    "SinusoidalPositionalEncoding",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_rope",
+    "merge_heads",
+    "multimodal",
+    "rope_angles",
+    "sinusoidal_encoding",
+    "split_heads",
+    "vision",
     "block_layout_to_mask",
     "causal_mask",
     "combine_masks",

@@ -25,6 +25,8 @@ def safe_softmax(scores: Tensor, dim: int = -1) -> Tensor:
     all-zero weight row, hence a zero output. Gradients stay finite: the masked entries never
     reach ``exp`` with a NaN.
     """
+    if scores.shape[dim] == 0:  # no keys at all: nothing to attend to
+        return torch.zeros_like(scores)
     row_max = scores.amax(dim=dim, keepdim=True)
     # A row of -inf has max -inf; subtracting it would give (-inf) - (-inf) = NaN.
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
@@ -90,7 +92,7 @@ def scaled_dot_product_attention(
 
     scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Lq, Lk)
     allowed = None
-    if causal:
+    if causal and lq > 0 and lk > 0:  # an empty side has nothing to mask
         allowed = causal_mask(lq, lk, alignment=causal_alignment, device=q.device)  # (Lq, Lk)
     if mask is not None and mask.dtype == torch.bool:
         allowed = mask if allowed is None else allowed & mask

@@ -290,22 +290,12 @@ def test_causal_output_has_no_gradient_from_the_future(seq, alignment):
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug in functional.py: with zero keys safe_softmax calls amax over an empty dim "
-    "and raises IndexError; torch's SDPA returns zeros (no key = fully masked row)",
-)
 def test_zero_keys_give_zeros_like_torch():
     q, k, v = _randn(1, 1, 3, 4), _randn(1, 1, 0, 4), _randn(1, 1, 0, 2)
     out = scaled_dot_product_attention(q, k, v)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug in functional.py: causal=True with zero queries raises 'n_queries must be "
-    ">= 1' (an argument sdpa does not have) from causal_mask; torch returns an empty output",
-)
 def test_zero_queries_causal_give_an_empty_output_like_torch():
     q, k, v = _randn(1, 1, 0, 4), _randn(1, 1, 3, 4), _randn(1, 1, 3, 2)
     out = scaled_dot_product_attention(q, k, v, causal=True)

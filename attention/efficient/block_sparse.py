@@ -1,0 +1,166 @@
+"""Block-sparse attention (BigBird): attend only the key blocks a layout switches on.
+
+A layout is a bool matrix over blocks, ``layout[a, b] = True`` letting query block ``a`` attend
+key block ``b`` (``attention.masks.block_layout_to_mask`` expands it to the equivalent dense
+mask). Here each query block gathers only its active key blocks, so time and memory grow with
+the number of active blocks, not with ``Lq × Lk``. Query blocks are grouped by how many key
+blocks they see, so a few dense rows (BigBird's global blocks) do not pad every other row.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._checks import check_positive_int, check_qkv, check_tensor
+from ..functional import safe_softmax
+
+Tensor = torch.Tensor
+
+
+def bigbird_layout(
+    n_blocks: int,
+    *,
+    window: int = 1,
+    n_global: int = 1,
+    n_random: int = 1,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """BigBird block layout ``(n_blocks, n_blocks)`` bool, ``True`` = query block may attend.
+
+    The exact rule, for query block ``a`` and key block ``b``:
+
+    * window: ``|a - b| <= window``;
+    * global: ``a < n_global`` or ``b < n_global`` (the first blocks see and are seen by all);
+    * random: every non-global row ``a`` also gets ``n_random`` key blocks drawn uniformly
+      without replacement among those the two rules above left off (all of them if fewer
+      remain). The draw uses ``generator``; the default is a fresh generator seeded with 0, so
+      the layout is reproducible.
+    """
+    n_blocks = check_positive_int("n_blocks", n_blocks)
+    window = check_positive_int("window", window, allow_zero=True)
+    n_global = check_positive_int("n_global", n_global, allow_zero=True)
+    n_random = check_positive_int("n_random", n_random, allow_zero=True)
+    if generator is None:
+        generator = torch.Generator().manual_seed(0)
+    a = torch.arange(n_blocks)[:, None]  # (n, 1) query blocks
+    b = torch.arange(n_blocks)[None, :]  # (1, n) key blocks
+    layout = ((a - b).abs() <= window) | (a < n_global) | (b < n_global)  # (n, n)
+    if n_random and n_global < n_blocks:
+        # A random key per row = the smallest uniform draws among the blocks still off.
+        draws = torch.rand((n_blocks, n_blocks), generator=generator, device=generator.device)
+        draws = draws.cpu().masked_fill(layout, float("inf"))  # (n, n)
+        k = min(n_random, n_blocks)
+        smallest, picks = draws.topk(k, dim=-1, largest=False)  # (n, k)
+        chosen = torch.zeros_like(layout).scatter_(1, picks, torch.isfinite(smallest))
+        chosen[:n_global] = False  # global rows already see everything
+        layout = layout | chosen
+    return layout
+
+
+def _check_layout(layout: object, n_heads: int, n_q_blocks: int, n_k_blocks: int) -> Tensor:
+    check_tensor("layout", layout)
+    if layout.dtype != torch.bool:
+        raise TypeError(
+            f"layout must be a bool tensor (True = block may attend), got {layout.dtype}"
+        )
+    expected = f"({n_q_blocks}, {n_k_blocks}) or ({n_heads}, {n_q_blocks}, {n_k_blocks})"
+    if layout.dim() not in (2, 3):
+        raise ValueError(
+            f"layout must be {expected} [heads, query blocks, key blocks], got shape "
+            f"{tuple(layout.shape)}"
+        )
+    if tuple(layout.shape[-2:]) != (n_q_blocks, n_k_blocks) or (
+        layout.dim() == 3 and layout.shape[0] not in (1, n_heads)
+    ):
+        raise ValueError(
+            f"layout must be {expected} for these lengths and block_size (blocks = "
+            f"ceil(length / block_size)), got shape {tuple(layout.shape)}"
+        )
+    return layout
+
+
+def block_sparse_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    layout: Tensor,
+    block_size: int,
+    *,
+    scale: float | None = None,
+) -> Tensor:
+    """Attention restricted to the active blocks of ``layout``, block by block.
+
+    Equal to ``scaled_dot_product_attention(q, k, v, block_layout_to_mask(layout, block_size,
+    Lq, Lk))`` (bool mask, ``True`` = may attend), at a cost proportional to the number of
+    active blocks.
+
+    Args:
+        query: ``(B, H, Lq, E)``.
+        key: ``(B, H, Lk, E)``.
+        value: ``(B, H, Lk, Ev)``.
+        layout: bool ``(Nq, Nk)`` shared by all heads, or ``(H, Nq, Nk)`` per head, with
+            ``Nq = ceil(Lq / block_size)``, ``Nk = ceil(Lk / block_size)``. The last blocks may
+            be partial: their missing positions never receive weight.
+        block_size: positions per block (int >= 1).
+        scale: multiplies the scores; default ``1 / sqrt(E)``.
+
+    Returns:
+        ``(B, H, Lq, Ev)`` in the dtype of ``query`` (half precision is computed in float32).
+        A query block with no active key block gets zeros.
+    """
+    check_qkv(query, key, value)
+    block_size = check_positive_int("block_size", block_size)
+    b, h, lq, e = query.shape
+    lk = key.shape[-2]
+    if lq == 0 or lk == 0:
+        raise ValueError(f"query and key need at least one position, got Lq={lq}, Lk={lk}")
+    n_qb, n_kb = -(-lq // block_size), -(-lk // block_size)
+    layout = _check_layout(layout, h, n_qb, n_kb).to(query.device)
+    if scale is None:
+        scale = 1.0 / math.sqrt(e)
+    out_dtype = query.dtype
+    compute_dtype = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
+    q, k, v = (t.to(compute_dtype) for t in (query, key, value))
+
+    bs = block_size
+    q = torch.nn.functional.pad(q * scale, (0, 0, 0, n_qb * bs - lq))  # (B, H, Nq*bs, E)
+    k = torch.nn.functional.pad(k, (0, 0, 0, n_kb * bs - lk))  # (B, H, Nk*bs, E)
+    v = torch.nn.functional.pad(v, (0, 0, 0, n_kb * bs - lk))  # (B, H, Nk*bs, Ev)
+    if layout.dim() == 3 and layout.shape[0] == h and h > 1:
+        # Per-head layout: fold the heads into the block axis, so that row h*Nq + a is query
+        # block a of head h and it gathers key blocks h*Nk + b.
+        q_rows = q.reshape(b, 1, h * n_qb, bs, e)  # (B, 1, H*Nq, bs, E)
+        k_rows = k.reshape(b, 1, h * n_kb, bs, e)  # (B, 1, H*Nk, bs, E)
+        v_rows = v.reshape(b, 1, h * n_kb, bs, -1)  # (B, 1, H*Nk, bs, Ev)
+        row_layout = layout.reshape(h * n_qb, n_kb)  # (H*Nq, Nk)
+        key_offset = torch.arange(h, device=q.device).repeat_interleave(n_qb) * n_kb  # (H*Nq,)
+    else:
+        q_rows = q.view(b, h, n_qb, bs, e)  # (B, H, Nq, bs, E)
+        k_rows = k.view(b, h, n_kb, bs, e)  # (B, H, Nk, bs, E)
+        v_rows = v.view(b, h, n_kb, bs, -1)  # (B, H, Nk, bs, Ev)
+        row_layout = layout.reshape(n_qb, n_kb)  # (Nq, Nk)
+        key_offset = torch.zeros(n_qb, dtype=torch.long, device=q.device)  # (Nq,)
+
+    out = q_rows.new_zeros(*q_rows.shape[:-1], v.shape[-1])  # (B, G, R, bs, Ev), every row set
+    counts = row_layout.sum(-1)  # (R,) active key blocks per query-block row
+    in_block = torch.arange(bs, device=q.device)  # (bs,)
+    for count in counts.unique().tolist():
+        rows = (counts == count).nonzero().flatten()  # (r,)
+        cols = row_layout[rows].nonzero()[:, 1].view(len(rows), count)  # (r, c), row-major
+        gather = cols + key_offset[rows, None]  # (r, c) indices into the key-block axis
+        q_sel = q_rows[:, :, rows]  # (B, G, r, bs, E)
+        k_sel = k_rows[:, :, gather].flatten(3, 4)  # (B, G, r, c*bs, E)
+        v_sel = v_rows[:, :, gather].flatten(3, 4)  # (B, G, r, c*bs, Ev)
+        scores = q_sel @ k_sel.transpose(-2, -1)  # (B, G, r, bs, c*bs)
+        if lk % bs:
+            # The last key block is partial: its padding positions must get no weight.
+            key_pos = (cols[:, :, None] * bs + in_block).flatten(1)  # (r, c*bs)
+            scores = scores.masked_fill((key_pos >= lk)[:, None, :], float("-inf"))
+        # A row with no active block has no key: its (empty) weights give zeros, as dense
+        # attention gives a fully masked row (softmax over nothing is skipped).
+        weights = safe_softmax(scores, dim=-1) if count else scores  # (B, G, r, bs, c*bs)
+        out = out.index_copy(2, rows, weights @ v_sel)  # (B, G, R, bs, Ev)
+    out = out.reshape(b, h, n_qb * bs, -1)[:, :, :lq]  # (B, H, Lq, Ev)
+    return out.to(out_dtype)

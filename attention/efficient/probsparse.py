@@ -1,0 +1,139 @@
+"""ProbSparse self-attention (Informer, Zhou et al. 2021): full attention for a few queries.
+
+Most queries of a long sequence attend almost uniformly, and uniform attention returns about
+the mean of the values. Informer ranks queries by a sparsity measurement — how far their
+largest score stands above their mean score — estimated on a random sample of keys, gives full
+attention only to the top ``u = factor · ceil(ln Lq)`` queries, and gives every other query
+the mean of the values (with ``causal``: the mean of the values up to its position, what
+uniform attention over its allowed keys returns). Cost ``O(Lq log Lk + u · Lk)``: no
+``Lq × Lk`` tensor.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._checks import check_positive_int, check_qkv, check_rank, check_tensor
+from ..functional import scaled_dot_product_attention
+
+Tensor = torch.Tensor
+
+
+def n_selected(length: int, factor: int) -> int:
+    """Informer's count ``factor · ceil(ln length)``, kept within ``[1, length]``.
+
+    Used for both the ``U`` sampled keys (with ``Lk``) and the ``u`` selected queries (with
+    ``Lq``).
+    """
+    return max(1, min(length, factor * math.ceil(math.log(length))))
+
+
+def sparsity_measure(query: Tensor, key: Tensor, sample_index: Tensor, scale: float) -> Tensor:
+    """Informer's query sparsity measurement on sampled keys.
+
+    ``M(q_i) = max_s (q_i · k_s) · scale - mean_s (q_i · k_s) · scale`` over the sampled keys
+    ``s in sample_index[i]``: the max-minus-mean of the paper's Eq. (4), estimated on a sample.
+    (Informer's reference code divides the sampled sum by ``Lk`` instead of the sample size;
+    that changes the ranking only through a constant factor on the mean term, we use the plain
+    mean.)
+
+    Args:
+        query: ``(B, H, Lq, E)``.
+        key: ``(B, H, Lk, E)``.
+        sample_index: ``(Lq, U)`` int64 key positions, one sample row per query (shared by
+            batch and heads, as in Informer).
+        scale: multiplies the scores.
+
+    Returns:
+        ``(B, H, Lq)``.
+    """
+    check_tensor("sample_index", sample_index)
+    check_rank("sample_index", sample_index, 2, "[q_len, n_samples]")
+    k_sample = key[:, :, sample_index]  # (B, H, Lq, U, E)
+    scores = (query.unsqueeze(-2) @ k_sample.transpose(-2, -1)).squeeze(-2) * scale  # (B,H,Lq,U)
+    return scores.amax(dim=-1) - scores.mean(dim=-1)  # (B, H, Lq)
+
+
+def probsparse_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    factor: int = 5,
+    causal: bool = False,
+    scale: float | None = None,
+    generator: torch.Generator | None = None,
+    return_index: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """ProbSparse attention: the top-``u`` queries by sparsity attend fully, the rest get mean(V).
+
+    1. Sample ``U = factor · ceil(ln Lk)`` key positions per query, uniformly with replacement
+       (``torch.randint`` with ``generator``; one ``(Lq, U)`` draw shared by batch and heads,
+       as in Informer). With ``causal`` the sample is drawn from all keys, as in Informer.
+    2. Rank queries by :func:`sparsity_measure`; keep the top ``u = factor · ceil(ln Lq)``
+       per (batch, head) (both counts clamped to ``[1, length]``, :func:`n_selected`).
+    3. Selected queries: ``scaled_dot_product_attention`` over all keys (``causal``: keys
+       ``j <= i``, the rows of ``causal_mask(L)``). Others: ``mean(V)``, or with ``causal`` the
+       running mean ``mean(v_0 .. v_i)``.
+
+    When ``u >= Lq`` every query is selected and the result is exactly dense attention.
+
+    Args:
+        query: ``(B, H, Lq, E)``.
+        key: ``(B, H, Lk, E)``.
+        value: ``(B, H, Lk, Ev)``; ``causal`` needs ``Lq == Lk``.
+        factor: Informer's sampling factor ``c`` (int >= 1).
+        causal: mask future keys (``True`` = may attend for ``j <= i``).
+        scale: multiplies the scores; default ``1 / sqrt(E)``.
+        generator: random generator for the key sample; default a fresh one seeded with 0.
+        return_index: also return the selected query positions ``(B, H, u)``, sorted.
+
+    Returns:
+        ``(B, H, Lq, Ev)`` in the dtype of ``query`` (half precision is computed in float32),
+        and the index if asked.
+    """
+    check_qkv(query, key, value)
+    factor = check_positive_int("factor", factor)
+    b, h, lq, e = query.shape
+    lk = key.shape[-2]
+    if lq == 0 or lk == 0:
+        raise ValueError(f"query and key need at least one position, got Lq={lq}, Lk={lk}")
+    if causal and lq != lk:
+        raise ValueError(f"causal ProbSparse attention needs Lq == Lk, got Lq={lq}, Lk={lk}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(e)
+    if generator is None:
+        generator = torch.Generator(device=query.device).manual_seed(0)
+    out_dtype = query.dtype
+    compute_dtype = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
+    q, k, v = (t.to(compute_dtype) for t in (query, key, value))
+
+    n_sample, n_top = n_selected(lk, factor), n_selected(lq, factor)
+    sample_index = torch.randint(
+        lk, (lq, n_sample), generator=generator, device=generator.device
+    ).to(q.device)  # (Lq, U)
+    with torch.no_grad():  # the ranking is a discrete choice: no gradient flows through it
+        measure = sparsity_measure(q, k, sample_index, scale)  # (B, H, Lq)
+        index = measure.topk(n_top, dim=-1, sorted=False).indices.sort(dim=-1).values  # (B,H,u)
+
+    # Lazy queries: what uniform attention over their allowed keys gives.
+    if causal:
+        counts = torch.arange(1, lk + 1, device=q.device, dtype=v.dtype)[:, None]  # (L, 1)
+        out = v.cumsum(dim=-2) / counts  # (B, H, L, Ev) running mean
+    else:
+        out = v.mean(dim=-2, keepdim=True).expand(b, h, lq, v.shape[-1])  # (B, H, Lq, Ev)
+
+    # Active queries: ordinary attention, the causal rows of causal_mask(L) for their positions
+    # (built per selected row: j <= i, without the L × L mask).
+    q_top = q.gather(2, index[..., None].expand(-1, -1, -1, e))  # (B, H, u, E)
+    allowed = None
+    if causal:
+        allowed = torch.arange(lk, device=q.device) <= index[..., None]  # (B, H, u, Lk)
+    out_top = scaled_dot_product_attention(q_top, k, v, allowed, scale=scale)  # (B, H, u, Ev)
+    out = out.scatter(2, index[..., None].expand(-1, -1, -1, v.shape[-1]), out_top)
+    out = out.to(out_dtype)  # (B, H, Lq, Ev)
+    if return_index:
+        return out, index
+    return out

@@ -41,8 +41,31 @@ test: venv
 test-unit: venv
 	$(PY) -m pytest -q -n 2 --dist loadfile tests
 
+# Notebooks: the .py twin is the source; `make execute` regenerates the executed .ipynb.
+NOTEBOOKS := $(wildcard chapters/*.ipynb solutions/*.ipynb exercises/*.ipynb)
+NBVAL     := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
+             --nbval-sanitize-with tools/nbval_sanitize.cfg
+
+# Two notebooks at a time, one thread each (two cores).
 test-notebooks: venv
-	@echo "(no notebooks yet)"
+ifeq ($(strip $(NOTEBOOKS)),)
+	@echo "test-notebooks: no notebooks yet"
+else
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile $(NBVAL) $(NOTEBOOKS)
+endif
+
+# make execute [NB="chapters/02_scaled_dot_product.py ..."]   (default: chapters + solutions)
+execute: venv
+	$(PY) tools/execute_notebooks.py $(NB)
+
+# make exercises [FORCE=1]   regenerate exercises/ from solutions/
+exercises: venv
+	$(PY) tools/make_exercises.py $(if $(FORCE),--force)
+
+# make check CH=03   check your exercises (runs a copy of exercises/03_*.ipynb)
+check: venv
+	@test -n "$(CH)" || { echo "usage: make check CH=03"; exit 2; }
+	$(PY) tools/check_exercises.py $(CH)
 
 bench: venv
 	$(PY) -m attention.bench

@@ -37,10 +37,21 @@ class Row:
 
 
 @dataclass
+class CellError:
+    cell: int | None  # index in the notebook; None if the run itself failed (timeout, crash)
+    ename: str
+    evalue: str
+
+    def __str__(self) -> str:
+        where = "the run" if self.cell is None else f"cell {self.cell}"
+        return f"{where}: {self.ename}: {self.evalue}"
+
+
+@dataclass
 class Report:
     notebook: Path
     rows: list[Row]
-    errors: list[str]  # errors raised outside check(): "cell 7: NameError: ..."
+    errors: list[CellError]  # errors raised outside check(), e.g. by calling a stub directly
 
     @property
     def passed(self) -> bool:
@@ -92,7 +103,7 @@ def check_notebook(path: Path, *, timeout: int = 300) -> Report:
     path = Path(path)
     nb = _load(path)
     expected = _expected(nb)
-    errors: list[str] = []
+    errors: list[CellError] = []
     results: dict[str, Row] = {}
     with tempfile.TemporaryDirectory(prefix="check_exercises_") as tmp:
         copy_path = Path(tmp) / (path.stem + ".ipynb")
@@ -111,9 +122,11 @@ def check_notebook(path: Path, *, timeout: int = 300) -> Report:
                 env={RESULTS_ENV: str(results_file)},
             )
         except (CellTimeoutError, DeadKernelError) as err:
-            errors.append(f"the notebook did not finish: {type(err).__name__}: {err}")
+            errors.append(
+                CellError(None, type(err).__name__, f"the notebook did not finish: {err}")
+            )
         for i, out in error_outputs(copy):
-            errors.append(f"cell {i}: {out.get('ename')}: {out.get('evalue')}")
+            errors.append(CellError(i, out.get("ename", "?"), out.get("evalue", "")))
         if results_file.exists():
             for line in results_file.read_text(encoding="utf-8").splitlines():
                 r = json.loads(line)

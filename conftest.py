@@ -1,0 +1,70 @@
+"""Repository-wide pytest configuration.
+
+- ``tools/`` is put on ``sys.path`` so that tests import the notebook tools (``nbtools``,
+  ``make_exercises``, ...), which are scripts, not a package.
+- When pytest runs notebooks under nbval (``make test-notebooks``):
+  the kernels get the environment ``make execute`` used (inline figures, fixed hash seed);
+  the ``check(...)`` cells of solution notebooks have their output compared even in
+  ``--nbval-lax`` mode, so CI fails if a solution stops passing its own check;
+  and the run ends with each notebook's execution time and the total.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+_durations: dict[str, float] = defaultdict(float)
+
+
+def _nbval_active(config) -> bool:
+    return bool(
+        getattr(config.option, "nbval", False) or getattr(config.option, "nbval_lax", False)
+    )
+
+
+def pytest_configure(config):
+    if _nbval_active(config):
+        from nbtools import kernel_env
+
+        # nbval starts each kernel with this process's environment.
+        env = kernel_env()
+        os.environ.update(env)
+        for name in set(os.environ) - set(env):
+            del os.environ[name]
+
+
+def pytest_collection_modifyitems(config, items):
+    if not _nbval_active(config):
+        return
+    from nbtools import CHECK_CALL
+
+    for item in items:
+        cell = getattr(item, "cell", None)
+        options = getattr(item, "options", None)
+        in_solutions = Path(str(item.fspath)).parent.name == "solutions"
+        if cell is not None and options is not None and in_solutions:
+            if CHECK_CALL.search(cell.source):
+                options["check"] = True  # its stored output is "✓ Exercise NN.k — ..."
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::")[0]
+    if path.endswith(".ipynb"):  # setup (kernel start) + call + teardown of every cell
+        _durations[path] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _durations:
+        return
+    tr = terminalreporter
+    tr.write_sep("-", "notebook execution times")
+    width = max(len(path) for path in _durations)
+    for path, seconds in sorted(_durations.items()):
+        tr.write_line(f"{path.ljust(width)}  {seconds:7.1f} s")
+    tr.write_line(f"{'total'.ljust(width)}  {sum(_durations.values()):7.1f} s")

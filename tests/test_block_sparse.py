@@ -206,3 +206,11 @@ def test_bigbird_layout_bad_arguments(kwargs, match):
     n_blocks = kwargs.pop("n_blocks")
     with pytest.raises(ValueError, match=match):
         bigbird_layout(n_blocks, **kwargs)
+
+
+@pytest.mark.parametrize(("lq", "lk"), [(0, 5), (4, 0), (0, 0)])
+def test_empty_sequences_behave_like_torch(lq, lk):
+    q, k, v = _qkv(1, 2, lq, lk, 4, 3)
+    layout = torch.ones(-(-lq // 2), -(-lk // 2), dtype=torch.bool)
+    out = block_sparse_attention(q, k, v, layout, 2)
+    torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(q, k, v))

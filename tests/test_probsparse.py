@@ -135,6 +135,7 @@ def test_n_selected_follows_informer():
     assert n_selected(96, 5) == 5 * math.ceil(math.log(96)) == 25
     assert n_selected(1, 5) == 1  # ln 1 = 0: at least one
     assert n_selected(4, 5) == 4  # never more than the length
+    assert n_selected(0, 5) == 0
 
 
 def test_seeded_and_reproducible():
@@ -207,3 +208,11 @@ def test_bad_sample_index_raises():
     q, k, _ = _qkv(1, 1, 5, 5, 4, 4)
     with pytest.raises(ValueError, match="sample_index"):
         sparsity_measure(q, k, torch.zeros(5, dtype=torch.long), scale=1.0)
+
+
+@pytest.mark.parametrize(("lq", "lk", "causal"), [(0, 5, False), (4, 0, False), (0, 0, True)])
+def test_empty_sequences_behave_like_torch(lq, lk, causal):
+    q, k, v = _qkv(1, 2, lq, lk, 4, 3)
+    out, index = probsparse_attention(q, k, v, causal=causal, return_index=True)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))  # zeros or empty
+    assert index.shape == (1, 2, 0)

@@ -204,3 +204,10 @@ def test_bad_tensors_raise_clear_errors():
         sliding_window_attention(q.long(), k, v, left=1, right=1)
     with pytest.raises(ValueError, match="global_tokens"):
         sliding_window_attention(q, k[:, :, :5], v[:, :, :5], left=1, right=1, global_tokens=[0])
+
+
+@pytest.mark.parametrize(("lq", "lk"), [(0, 5), (4, 0), (0, 0)])
+def test_empty_sequences_behave_like_torch(lq, lk):
+    q, k, v = _qkv(1, 2, lq, lk, 4, 3)
+    out = sliding_window_attention(q, k, v, left=2, right=1)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))  # zeros or empty

@@ -14,7 +14,7 @@ import math
 import torch
 
 from .._checks import check_positive_int, check_qkv, check_tensor
-from ..functional import safe_softmax
+from ..functional import safe_softmax, scaled_dot_product_attention
 
 Tensor = torch.Tensor
 
@@ -108,16 +108,17 @@ def block_sparse_attention(
 
     Returns:
         ``(B, H, Lq, Ev)`` in the dtype of ``query`` (half precision is computed in float32).
-        A query block with no active key block gets zeros.
+        A query block with no active key block gets zeros (so does every query when
+        ``Lk == 0``).
     """
     check_qkv(query, key, value)
     block_size = check_positive_int("block_size", block_size)
     b, h, lq, e = query.shape
     lk = key.shape[-2]
-    if lq == 0 or lk == 0:
-        raise ValueError(f"query and key need at least one position, got Lq={lq}, Lk={lk}")
     n_qb, n_kb = -(-lq // block_size), -(-lk // block_size)
     layout = _check_layout(layout, h, n_qb, n_kb).to(query.device)
+    if lq == 0 or lk == 0:  # no query, or no key to attend: the dense answer (empty or zeros)
+        return scaled_dot_product_attention(query, key, value, scale=scale)
     if scale is None:
         scale = 1.0 / math.sqrt(e)
     out_dtype = query.dtype

@@ -25,8 +25,10 @@ def n_selected(length: int, factor: int) -> int:
     """Informer's count ``factor · ceil(ln length)``, kept within ``[1, length]``.
 
     Used for both the ``U`` sampled keys (with ``Lk``) and the ``u`` selected queries (with
-    ``Lq``).
+    ``Lq``). An empty sequence gives 0.
     """
+    if length == 0:
+        return 0
     return max(1, min(length, factor * math.ceil(math.log(length))))
 
 
@@ -88,7 +90,8 @@ def probsparse_attention(
         causal: mask future keys (``True`` = may attend for ``j <= i``).
         scale: multiplies the scores; default ``1 / sqrt(E)``.
         generator: random generator for the key sample; default a fresh one seeded with 0.
-        return_index: also return the selected query positions ``(B, H, u)``, sorted.
+        return_index: also return the selected query positions ``(B, H, u)``, sorted (``u = 0``
+            when ``Lq`` or ``Lk`` is 0).
 
     Returns:
         ``(B, H, Lq, Ev)`` in the dtype of ``query`` (half precision is computed in float32),
@@ -98,10 +101,14 @@ def probsparse_attention(
     factor = check_positive_int("factor", factor)
     b, h, lq, e = query.shape
     lk = key.shape[-2]
-    if lq == 0 or lk == 0:
-        raise ValueError(f"query and key need at least one position, got Lq={lq}, Lk={lk}")
     if causal and lq != lk:
         raise ValueError(f"causal ProbSparse attention needs Lq == Lk, got Lq={lq}, Lk={lk}")
+    if lq == 0 or lk == 0:
+        # No query, or no key to attend (every row fully masked): the dense answer, empty or
+        # zeros, and no query is selected.
+        out = scaled_dot_product_attention(query, key, value, scale=scale)  # (B, H, Lq, Ev)
+        index = torch.empty(b, h, 0, dtype=torch.long, device=query.device)
+        return (out, index) if return_index else out
     if scale is None:
         scale = 1.0 / math.sqrt(e)
     if generator is None:

@@ -123,15 +123,14 @@ def sliding_window_attention(
 
     Returns:
         ``(B, H, Lq, Ev)`` in the dtype of ``query`` (half precision is computed in float32).
-        A query with no key in its window (possible when ``Lq > Lk``) gets zeros.
+        A query with no key in its window (possible when ``Lq > Lk``, or ``Lk == 0``) gets
+        zeros.
     """
     check_qkv(query, key, value)
     left = check_positive_int("left", left, allow_zero=True)
     right = check_positive_int("right", right, allow_zero=True)
     b, h, lq, e = query.shape
     lk = key.shape[-2]
-    if lq == 0 or lk == 0:
-        raise ValueError(f"query and key need at least one position, got Lq={lq}, Lk={lk}")
     if scale is None:
         scale = 1.0 / math.sqrt(e)
     out_dtype = query.dtype
@@ -144,6 +143,8 @@ def sliding_window_attention(
                 f"global_tokens needs self-attention lengths (Lq == Lk), got Lq={lq}, Lk={lk}"
             )
         g_pos = _global_positions(global_tokens, lq, q.device)  # (G,)
+    if lq == 0 or lk == 0:  # no query, or no key to attend: the dense answer (empty or zeros)
+        return scaled_dot_product_attention(query, key, value, scale=scale)
 
     # Offsets beyond the sequence change nothing (j - i lies in [-(Lq-1), Lk-1]): clamp them so
     # that a huge window does not become a huge strip of padding.

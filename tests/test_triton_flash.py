@@ -221,3 +221,17 @@ def test_attention_flops_counts_two_matmuls_and_halves_causal():
     # Q Kᵀ and P V: 2 * (2 * Lq * Lk * E) per head.
     assert attention_flops(2, 3, 5, 7, 11, causal=False) == 2 * 3 * 2 * (2 * 5 * 7 * 11)
     assert attention_flops(1, 1, 64, 64, 8, causal=True) == 4 * 64 * 64 * 8 / 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU exit")
+def test_gpu_check_script_exits_cleanly_without_a_gpu():
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools", "gpu_check.py")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run(
+        [sys.executable, script, "--out", os.devnull],
+        env=dict(env, OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "no CUDA device" in proc.stdout

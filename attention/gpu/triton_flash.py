@@ -148,6 +148,9 @@ def _check_configs(configs: FlashConfigs) -> None:
 # ---------------------------------------------------------------------------------------------
 # Kernels
 # ---------------------------------------------------------------------------------------------
+# Lengths and head counts are not specialised (do_not_specialize): triton would otherwise
+# compile a new binary whenever one of them changes divisibility by 16, and they only bound
+# loops and masks. Strides are specialised (their alignment lets loads vectorise).
 
 if TRITON_AVAILABLE:
 
@@ -221,7 +224,7 @@ if TRITON_AVAILABLE:
             v_ptrs += BLOCK_N * stride_vn
         return acc, l_i, m_i
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["H", "N_Q", "N_K"])
     def _fwd_kernel(
         Q,
         K,
@@ -306,7 +309,7 @@ if TRITON_AVAILABLE:
         o_ptrs = o_base + offs_m[:, None] * stride_om + offs_d[None, :]
         tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["H", "N_Q"])
     def _bwd_preprocess_kernel(
         O,
         DO,
@@ -407,7 +410,7 @@ if TRITON_AVAILABLE:
             do_ptrs += BLOCK_M * stride_dom
         return dk, dv
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["H", "N_Q", "N_K"])
     def _bwd_dkdv_kernel(
         Q,
         K,
@@ -556,7 +559,7 @@ if TRITON_AVAILABLE:
             v_ptrs += BLOCK_N * stride_vn
         return dq
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["H", "N_Q", "N_K"])
     def _bwd_dq_kernel(
         Q,
         K,

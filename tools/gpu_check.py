@@ -486,7 +486,7 @@ def flex_checks(report: Report) -> None:
     ]
     for key, dtype, run, mask in cases:
         q, k, v = (torch.randn(2, 4, n, 64, device=DEVICE, dtype=dtype) for _ in range(3))
-        tol = 1e-4 if dtype == torch.float32 else 1.5e-2
+        tol = 1e-3 if dtype == torch.float32 else 1.5e-2  # 1e-3: flex may use TF32
         try:
             start = time.time()
             with warnings.catch_warnings():

@@ -9,8 +9,9 @@ kernel instead of one hand-written kernel per pattern.
 
 Paths (``path=``):
 
-* ``"flex"``: compiled ``flex_attention`` with a block mask. The fast path on CUDA. (It also
-  compiles on the CPU, in about a minute per shape: not chosen automatically there.)
+* ``"flex"``: compiled ``flex_attention`` with a block mask. The fast path on CUDA. The first
+  call for a new shape or window compiles (seconds to tens of seconds); later calls reuse it.
+  (It also compiles on the CPU, in about a minute per shape: not chosen automatically there.)
 * ``"flex_eager"``: the same mask_mod and block mask through ``flex_attention`` run eagerly,
   torch's unfused reference implementation. Any device; it materialises the scores, so it is
   for checking the mask functions, not for speed.

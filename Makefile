@@ -12,7 +12,7 @@ export OMP_NUM_THREADS ?= 2
 export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 
-.PHONY: venv lab test test-unit test-notebooks lint execute exercises check bench bench-quick clean
+.PHONY: venv lab test test-unit test-notebooks lint execute exercises check bench bench-quick gpu-check clean
 
 venv: $(STAMP)
 
@@ -69,6 +69,10 @@ check: venv
 
 bench: venv
 	$(PY) -m attention.bench
+
+# On a CUDA machine: verify the Triton kernel and time it against torch SDPA (see bench/).
+gpu-check: venv
+	$(PY) tools/gpu_check.py
 
 bench-quick: venv
 	$(PY) -m attention.bench --quick

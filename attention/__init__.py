@@ -7,6 +7,7 @@ biases.
 
 from . import multimodal, vision
 from .blocks import DecoderBlock, Encoder, EncoderLayer, FeedForward, SequenceClassifier
+from .dispatch import attend, available_backends
 from .functional import naive_attention_float64, safe_softmax, scaled_dot_product_attention
 from .heads import MultiHeadAttention, SelfAttention, merge_heads, split_heads
 from .masks import (
@@ -45,6 +46,8 @@ __all__ = [
     "SequenceClassifier",
     "SinusoidalPositionalEncoding",
     "alibi_bias",
+    "attend",
+    "available_backends",
     "alibi_slopes",
     "apply_rope",
     "merge_heads",

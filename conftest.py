@@ -5,7 +5,8 @@
 - When pytest runs notebooks under nbval (``make test-notebooks``):
   the kernels get the environment ``make execute`` used (inline figures, fixed hash seed);
   the ``check(...)`` cells of solution notebooks have their output compared even in
-  ``--nbval-lax`` mode, so CI fails if a solution stops passing its own check;
+  ``--nbval-lax`` mode, so CI fails if a solution stops passing its own check; exercise
+  notebooks (committed without outputs) are only checked for errors;
   and the run ends with each notebook's execution time and the total.
 """
 
@@ -47,10 +48,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         cell = getattr(item, "cell", None)
         options = getattr(item, "options", None)
-        in_solutions = Path(str(item.fspath)).parent.name == "solutions"
-        if cell is not None and options is not None and in_solutions:
-            if CHECK_CALL.search(cell.source):
-                options["check"] = True  # its stored output is "✓ Exercise NN.k — ..."
+        if cell is None or options is None:
+            continue
+        folder = Path(str(item.fspath)).parent.name
+        if folder == "exercises":
+            options["check"] = False  # committed without outputs: nothing to compare
+        elif folder == "solutions" and CHECK_CALL.search(cell.source):
+            options["check"] = True  # its stored output is "✓ Exercise NN.k — ..."
 
 
 def pytest_runtest_logreport(report):

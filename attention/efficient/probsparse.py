@@ -33,28 +33,38 @@ def n_selected(length: int, factor: int) -> int:
 
 
 def sparsity_measure(query: Tensor, key: Tensor, sample_index: Tensor, scale: float) -> Tensor:
-    """Informer's query sparsity measurement on sampled keys.
+    """Informer's query sparsity measurement, estimated on a sample of keys.
 
     ``M(q_i) = max_s (q_i · k_s) · scale - mean_s (q_i · k_s) · scale`` over the sampled keys
-    ``s in sample_index[i]``: the max-minus-mean of the paper's Eq. (4), estimated on a sample.
-    (Informer's reference code divides the sampled sum by ``Lk`` instead of the sample size;
-    that changes the ranking only through a constant factor on the mean term, we use the plain
-    mean.)
+    ``s in sample_index``: the max-minus-mean of the paper's Eq. (4). With every key in the
+    sample it is Eq. (4) exactly. (Informer's reference code draws a separate sample for each
+    query and divides the sampled sum by ``Lk``; one sample shared by all queries ranks them on
+    common ground and costs one ``(Lq, U)`` matrix product instead of an ``(Lq, U, E)``
+    gather.)
 
     Args:
         query: ``(B, H, Lq, E)``.
         key: ``(B, H, Lk, E)``.
-        sample_index: ``(Lq, U)`` int64 key positions, one sample row per query (shared by
-            batch and heads, as in Informer).
+        sample_index: ``(U,)`` integer key positions in ``[0, Lk)``, shared by every query.
         scale: multiplies the scores.
 
     Returns:
         ``(B, H, Lq)``.
     """
     check_tensor("sample_index", sample_index)
-    check_rank("sample_index", sample_index, 2, "[q_len, n_samples]")
-    k_sample = key[:, :, sample_index]  # (B, H, Lq, U, E)
-    scores = (query.unsqueeze(-2) @ k_sample.transpose(-2, -1)).squeeze(-2) * scale  # (B,H,Lq,U)
+    check_rank("sample_index", sample_index, 1, "[n_samples]")
+    if sample_index.is_floating_point() or sample_index.dtype == torch.bool:
+        raise TypeError(f"sample_index must hold integer key positions, got {sample_index.dtype}")
+    if sample_index.numel() == 0:
+        raise ValueError("sample_index must hold at least one key position, got none")
+    lk = key.shape[-2]
+    low, high = int(sample_index.min()), int(sample_index.max())
+    if low < 0 or high >= lk:
+        raise ValueError(
+            f"sample_index positions must lie in [0, {lk - 1}] (Lk = {lk}), got {low}..{high}"
+        )
+    k_sample = key.index_select(2, sample_index.to(key.device))  # (B, H, U, E)
+    scores = query @ k_sample.transpose(-2, -1) * scale  # (B, H, Lq, U)
     return scores.amax(dim=-1) - scores.mean(dim=-1)  # (B, H, Lq)
 
 
@@ -71,9 +81,9 @@ def probsparse_attention(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """ProbSparse attention: the top-``u`` queries by sparsity attend fully, the rest get mean(V).
 
-    1. Sample ``U = factor · ceil(ln Lk)`` key positions per query, uniformly with replacement
-       (``torch.randint`` with ``generator``; one ``(Lq, U)`` draw shared by batch and heads,
-       as in Informer). With ``causal`` the sample is drawn from all keys, as in Informer.
+    1. Sample ``U = factor · ceil(ln Lk)`` distinct key positions, uniformly (``torch.randperm``
+       with ``generator``), one sample for all queries, batches and heads. With ``causal``
+       the sample is drawn from all keys, as in Informer.
     2. Rank queries by :func:`sparsity_measure`; keep the top ``u = factor · ceil(ln Lq)``
        per (batch, head) (both counts clamped to ``[1, length]``, :func:`n_selected`).
     3. Selected queries: ``scaled_dot_product_attention`` over all keys (``causal``: keys
@@ -118,9 +128,7 @@ def probsparse_attention(
     q, k, v = (t.to(compute_dtype) for t in (query, key, value))
 
     n_sample, n_top = n_selected(lk, factor), n_selected(lq, factor)
-    sample_index = torch.randint(
-        lk, (lq, n_sample), generator=generator, device=generator.device
-    ).to(q.device)  # (Lq, U)
+    sample_index = torch.randperm(lk, generator=generator, device=generator.device)[:n_sample]
     with torch.no_grad():  # the ranking is a discrete choice: no gradient flows through it
         measure = sparsity_measure(q, k, sample_index, scale)  # (B, H, Lq)
         index = measure.topk(n_top, dim=-1, sorted=False).indices.sort(dim=-1).values  # (B,H,u)

@@ -129,6 +129,8 @@ def sliding_window_attention(
     check_qkv(query, key, value)
     left = check_positive_int("left", left, allow_zero=True)
     right = check_positive_int("right", right, allow_zero=True)
+    if block_size is not None:
+        check_positive_int("block_size", block_size)
     b, h, lq, e = query.shape
     lk = key.shape[-2]
     if scale is None:
@@ -150,7 +152,6 @@ def sliding_window_attention(
     # that a huge window does not become a huge strip of padding.
     left, right = min(left, lq - 1), min(right, lk - 1)
     bq = default_block_size(left, right, lq) if block_size is None else block_size
-    bq = check_positive_int("block_size", bq)
     n_blocks = -(-lq // bq)
     width = bq + left + right  # keys seen by one query block
 

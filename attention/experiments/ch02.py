@@ -16,6 +16,7 @@ Attention itself is never re-implemented here: the model calls
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -363,6 +364,7 @@ def train_retrieval(
     seed: int = 0,
     eval_size: int = 1024,
     progress: bool = False,
+    num_threads: int | None = 1,
 ) -> RetrievalRun:
     """Train :class:`RetrievalModel` with Adam on fresh batches; same seed = same data and init.
 
@@ -370,8 +372,41 @@ def train_retrieval(
     generator seeded with ``seed + 1``, so that runs differing only in ``scaled`` see exactly
     the same examples in the same order. Accuracy is measured on ``eval_size`` held-out
     examples from a third generator.
+
+    ``num_threads``: torch threads while training (restored afterwards; ``None`` leaves the
+    setting alone). The model is tiny, so a second thread buys nothing, and when other
+    processes share the cores, threads waiting for each other made the loop many times slower.
     """
     steps = check_positive_int("steps", steps)
+    if num_threads is not None:
+        check_positive_int("num_threads", num_threads)
+    with _torch_threads(num_threads):
+        return _train(
+            scaled=scaled, d_k=d_k, steps=steps, batch_size=batch_size, n_pairs=n_pairs,
+            n_keys=n_keys, n_values=n_values, d_model=d_model, lr=lr, seed=seed,
+            eval_size=eval_size, progress=progress,
+        )  # fmt: skip
+
+
+@contextmanager
+def _torch_threads(n: int | None):
+    """Run the block with ``n`` torch threads (``None``: unchanged), then restore the setting."""
+    if n is None:
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _train(
+    *, scaled, d_k, steps, batch_size, n_pairs, n_keys, n_values, d_model, lr, seed, eval_size,
+    progress,
+) -> RetrievalRun:  # fmt: skip
+    """The body of :func:`train_retrieval` (arguments already checked)."""
     torch.manual_seed(seed)
     model = RetrievalModel(n_keys, n_values, d_model, d_k, scaled=scaled)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)

@@ -172,6 +172,13 @@ def test_header_follows_the_title_and_says_how_to_check(solution):
     assert "make check CH=42" in header and "solutions/42_toy.ipynb" in header
 
 
+def test_generated_lines_fit_the_line_length_with_a_long_slug(tmp_path):
+    path = tmp_path / "05_a_rather_long_chapter_slug_name.py"
+    path.write_text(SOLUTION.replace("42", "05"))
+    too_long = [line for line in py_text(make_exercise(path)).splitlines() if len(line) > 100]
+    assert too_long == []
+
+
 def test_exercise_has_no_outputs_and_records_its_hash(solution):
     nb = make_exercise(solution)
     assert all(

@@ -279,3 +279,12 @@ def test_first_step_below():
     assert first_step_below(losses, 3.0, window=4) == 12
     assert first_step_below(losses, 0.5, window=4) is None
     assert first_step_below([0.0, 0.0], 1.0, window=4) is None
+
+
+def test_train_retrieval_restores_the_thread_setting():
+    before = torch.get_num_threads()
+    run = train_retrieval(scaled=True, d_k=8, steps=2, batch_size=4, n_pairs=2, n_keys=4,
+                          n_values=4, d_model=8, eval_size=8, num_threads=1)  # fmt: skip
+    assert torch.get_num_threads() == before and len(run.losses) == 2
+    with pytest.raises(ValueError, match="num_threads"):
+        train_retrieval(scaled=True, steps=1, num_threads=0)

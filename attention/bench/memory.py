@@ -1,0 +1,81 @@
+"""Peak extra memory of a call, counted tensor by tensor (exact and deterministic, on any device).
+
+CPU torch has no allocator statistics (``torch.cuda.max_memory_allocated`` has no CPU twin),
+``tracemalloc`` does not see torch's allocations and the process's peak RSS mixes in the
+allocator's caching and everything else the process did. So :class:`PeakMemory` watches the
+operators instead: it is a ``TorchDispatchMode``, which sees every aten operator that runs
+while it is active, including the backward pass's. After each operator it records the storages
+of the output tensors that are new (not a storage of one of the operator's inputs), with their
+size in bytes, keeps only a *weak* reference to each, and sums the bytes of those still alive.
+The peak of that sum over the call is the answer: the bytes the call itself allocated and held
+at once, inputs excluded, outputs and tensors saved for the backward included.
+
+What it cannot see: scratch memory an operator allocates and frees inside its own C++ kernel
+(torch's fused CPU SDPA uses a few per-thread tile buffers, kilobytes to a few MiB, constant in
+the sequence length). A storage resized in place after its creation is counted at its creation
+size. The benchmark measures memory in a separate call from the timed ones: the mode costs
+Python work per operator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+
+def _storages(tree: object) -> list[torch.UntypedStorage]:
+    return [x.untyped_storage() for x in tree_leaves(tree) if isinstance(x, torch.Tensor)]
+
+
+class PeakMemory(TorchDispatchMode):
+    """Context manager: ``peak_bytes`` = most bytes allocated inside it and alive at once.
+
+    ``current_bytes`` is what is still alive when it is read. Usage::
+
+        with PeakMemory() as mem:
+            out = f(x)
+        mem.peak_bytes
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, tuple[StorageWeakRef, int]] = {}  # storage id -> (ref, bytes)
+        self.current_bytes = 0
+        self.peak_bytes = 0
+
+    def _sweep(self) -> None:
+        """Forget the storages that were freed since the last operator."""
+        dead = [key for key, (ref, _) in self.live.items() if ref.expired()]
+        for key in dead:
+            self.current_bytes -= self.live.pop(key)[1]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        inputs = {StorageWeakRef(s).cdata for s in _storages((args, kwargs))}
+        out = func(*args, **kwargs)
+        self._sweep()  # inputs the operator consumed may be gone already
+        for storage in _storages(out):
+            ref = StorageWeakRef(storage)
+            if ref.cdata in inputs or ref.cdata in self.live:
+                continue  # an input returned or written in place: not a new allocation
+            self.live[ref.cdata] = (ref, storage.nbytes())
+            self.current_bytes += storage.nbytes()
+        self.peak_bytes = max(self.peak_bytes, self.current_bytes)
+        return out
+
+    def __exit__(self, *exc) -> None:
+        self._sweep()
+        return super().__exit__(*exc)
+
+
+def peak_extra_bytes(fn: Callable[[], object]) -> int:
+    """Peak bytes that ``fn()`` allocates and holds at once (its result included, its inputs
+    not). The result is dropped before returning."""
+    with PeakMemory() as mem:
+        result = fn()
+        del result
+    return mem.peak_bytes

@@ -121,8 +121,23 @@ def test_unrolled_lstm_equals_torch_lstm(batch, length, dim):
     # An initial state is used.
     h0 = torch.randn(batch, 6, dtype=torch.float64, generator=_gen(1))
     c0 = torch.randn(batch, 6, dtype=torch.float64, generator=_gen(2))
-    want, _ = lstm(x, (h0[None], c0[None]))
+    want, (h_n, c_n) = lstm(x, (h0[None], c0[None]))
     torch.testing.assert_close(unrolled_lstm(cell, x, (h0, c0)), want, rtol=1e-12, atol=1e-12)
+    got, (h, c) = unrolled_lstm(cell, x, (h0, c0), return_state=True)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close((h, c), (h_n[0], c_n[0]), rtol=1e-12, atol=1e-12)
+
+
+def test_unrolled_lstm_final_state_path_grows_with_distance():
+    """Each token's shortest path to the final state crosses every later step."""
+    from attention.experiments.gradients import autograd_path_lengths
+
+    cell = nn.LSTMCell(3, 4)
+    xs = [torch.randn(1, 3, requires_grad=True) for _ in range(6)]
+    _, (h, _) = unrolled_lstm(cell, xs, return_state=True)
+    paths = autograd_path_lengths(h, xs)
+    gaps = {a - b for a, b in zip(paths[:-2], paths[1:-1], strict=True)}
+    assert len(gaps) == 1 and gaps.pop() > 0  # the same cost per step, all the way back
 
 
 def test_unrolled_lstm_rejects_bad_inputs():

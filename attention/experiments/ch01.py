@@ -198,13 +198,18 @@ def unrolled_lstm(
     cell: nn.LSTMCell,
     x: Tensor | Sequence[Tensor],
     state: tuple[Tensor, Tensor] | None = None,
-) -> Tensor:
+    *,
+    return_state: bool = False,
+) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
     """Run an ``nn.LSTMCell`` over a sequence one step at a time: the loop ``nn.LSTM`` hides.
 
     ``x`` is ``(B, L, D)``, or a sequence of ``L`` tensors ``(B, D)`` (one leaf per token, to
     trace each token's path through the autograd graph). ``state`` is ``(h_0, c_0)``, each
     ``(B, hidden)``, zeros by default. Returns the hidden states ``(B, L, hidden)``: step ``t``
-    cannot start before step ``t - 1`` has produced ``(h, c)``.
+    cannot start before step ``t - 1`` has produced ``(h, c)``. With ``return_state`` also the
+    final ``(h, c)``. Trace paths from the final ``h``, not from a slice of the stacked
+    outputs: the stack's autograd node links every step's ``h`` to the result, a shortcut that
+    carries zero gradient but counts as a path in the graph.
     """
     if not isinstance(cell, nn.LSTMCell):
         raise TypeError(f"cell must be a torch.nn.LSTMCell, got {type(cell).__name__}")
@@ -227,7 +232,8 @@ def unrolled_lstm(
     for x_t in steps:
         h, c = cell(x_t, (h, c))  # (B, hidden) each: needs the previous step's h and c
         outputs.append(h)
-    return torch.stack(outputs, dim=1)  # (B, L, hidden)
+    outputs = torch.stack(outputs, dim=1)  # (B, L, hidden)
+    return (outputs, (h, c)) if return_state else outputs
 
 
 def time_forward(fn: Callable[[], object], repeats: int = 3, warmup: int = 1) -> float:

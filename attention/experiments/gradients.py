@@ -175,6 +175,10 @@ def autograd_path_lengths(output: Tensor, inputs: Sequence[Tensor]) -> list[int 
     ``inputs`` must be leaf tensors that require grad (e.g. one ``(B, D)`` leaf per token, fed
     to the model one by one). The length counts differentiable operations: ``y = x * 2`` gives
     1, ``y = (x * 2).sum()`` gives 2. ``None`` means the output does not depend on that input.
+
+    The graph is structural: ``torch.stack(states)[-1]`` keeps an edge to *every* stacked
+    state (their gradient is zero, but the edge exists), so take ``output`` from where it is
+    computed (the final state of a loop, say) rather than from a slice of a stacked result.
     """
     root = _root(output)
     targets: dict[int, int] = {}

@@ -1,0 +1,192 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (attention-book)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 3 — Exercises: multi-head attention
+#
+# Five exercises on chapter 3 (`chapters/03_multi_head.ipynb`): the two reshapes at the heart
+# of multi-head attention, the parameter count of an attention layer, the size of a KV cache,
+# and a complete multi-head forward pass from its weight matrices. Each exercise defines a
+# function; the cell after it checks your function against the `attention` package on inputs
+# it chooses, and says what looks wrong if it is.
+
+# %%
+import math
+
+import torch
+
+from attention.checks import check
+
+# %% [markdown]
+# ## Exercise 03.1 — Split the heads
+#
+# Write `split_heads(x, num_heads)`: it takes token representations `x` of shape
+# `(B, L, D)` and returns `(B, H, L, D // H)`, where head `i` of token `t` holds the
+# contiguous slice of features `i * D/H ... (i + 1) * D/H - 1` of token `t`. Use `view` (or
+# `reshape`) and `transpose`; no loops. You may assume `D` is divisible by `num_heads`.
+
+
+# %%
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(B, L, D) -> (B, H, L, D // H)."""
+    ### BEGIN SOLUTION
+    b, l, d = x.shape
+    return x.view(b, l, num_heads, d // num_heads).transpose(1, 2)  # (B, H, L, Dh)
+    ### END SOLUTION
+
+
+# %%
+check("03.1", split_heads)
+
+# %% [markdown] tags=["solution_only"]
+# *Why this order.* `view(b, l, H, Dh)` cuts each token's `D` features into `H` consecutive
+# slices — memory is laid out token by token, so this is free. Only then does `transpose(1,
+# 2)` move the head axis in front of the sequence axis. Viewing straight to `(b, H, l, Dh)`
+# would instead cut the flat `(L, D)` block into `H` runs of `L/H` whole tokens.
+
+# %% [markdown]
+# ## Exercise 03.2 — Merge the heads
+#
+# Write `merge_heads(x)`, the inverse of `split_heads`: `(B, H, L, Dh)` → `(B, L, H * Dh)`,
+# where token `t`'s row holds head 0's output, then head 1's, and so on. Check yourself:
+# `merge_heads(split_heads(x, h))` must give back `x`.
+
+
+# %%
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, L, Dh) -> (B, L, H * Dh)."""
+    ### BEGIN SOLUTION
+    b, h, l, dh = x.shape
+    return x.transpose(1, 2).reshape(b, l, h * dh)  # (B, L, H*Dh)
+    ### END SOLUTION
+
+
+# %%
+check("03.2", merge_heads)
+
+# %% [markdown] tags=["solution_only"]
+# *`reshape`, not `view`.* After `transpose(1, 2)` the tensor's memory is still in
+# `(B, H, L, Dh)` order, so the merged rows are not contiguous and `view` refuses;
+# `reshape` copies when it must (`.contiguous().view(...)` does the same explicitly).
+
+# %% [markdown]
+# ## Exercise 03.3 — Parameters of a multi-head attention layer
+#
+# Write `attention_params(d_model, num_heads, num_kv_heads, bias)`: the number of parameters
+# of an attention layer with `num_heads` query heads of width `d_head = d_model // num_heads`,
+# and `num_kv_heads` key/value heads of the same width (`num_kv_heads == num_heads`: MHA;
+# `1`: MQA; in between: GQA). It has four projections: W_Q (`d_model → d_model`), W_K and W_V
+# (`d_model → num_kv_heads · d_head`), W_O (`d_model → d_model`), each with a bias vector of
+# its output width if `bias`. For BERT-base (`768, 12, 12, True`) the answer is 2,362,368.
+
+
+# %%
+def attention_params(d_model: int, num_heads: int, num_kv_heads: int, bias: bool) -> int:
+    ### BEGIN SOLUTION
+    d_head = d_model // num_heads
+    kv_width = num_kv_heads * d_head
+    weights = 2 * d_model * d_model + 2 * d_model * kv_width  # W_Q, W_O; W_K, W_V
+    biases = (2 * d_model + 2 * kv_width) if bias else 0
+    return weights + biases
+    ### END SOLUTION
+
+
+# %%
+check("03.3", attention_params)
+
+# %% [markdown] tags=["solution_only"]
+# *What the count shows.* `num_heads` enters only through `d_head`, and for MHA it cancels:
+# `num_kv_heads · d_head = d_model`. The number of heads changes how the parameters are
+# grouped, not how many there are. With GQA, W_K and W_V shrink by `num_heads /
+# num_kv_heads`: for `d_model = 4096`, 32 query heads and 8 key/value heads, the layer has
+# 41.9 M weights instead of 67.1 M.
+
+# %% tags=["solution_only"]
+print(f"{attention_params(4096, 32, 32, False):,} vs {attention_params(4096, 32, 8, False):,}")
+
+# %% [markdown]
+# ## Exercise 03.4 — The size of a KV cache
+#
+# A decoder caches the keys and values of every earlier token, in every layer, for every
+# sequence of the batch. Write `kv_cache_bytes(num_layers, num_heads, num_kv_heads, head_dim,
+# seq_len, batch_size, bytes_per_element)` returning the cache's size in bytes
+# (`bytes_per_element` is 2 for fp16). Think about which of the arguments matter.
+
+
+# %%
+def kv_cache_bytes(
+    num_layers: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    seq_len: int,
+    batch_size: int,
+    bytes_per_element: int,
+) -> int:
+    ### BEGIN SOLUTION
+    # K and V; only the key/value heads are cached, whatever the number of query heads.
+    elements = 2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size
+    return elements * bytes_per_element
+    ### END SOLUTION
+
+
+# %%
+check("03.4", kv_cache_bytes)
+
+# %% [markdown] tags=["solution_only"]
+# *`num_heads` is a distractor.* Query heads are never cached: each new token computes its
+# own query and throws it away after the step. For 32 layers, 8 key/value heads of 128, 4,096
+# tokens in fp16 that is 512 MiB per sequence; with 32 key/value heads (MHA), 2 GiB.
+
+# %% tags=["solution_only"]
+print(kv_cache_bytes(32, 32, 8, 128, 4096, 1, 2) / 2**20, "MiB")
+
+# %% [markdown]
+# ## Exercise 03.5 — Multi-head attention from its weight matrices
+#
+# Write the forward pass of multi-head self-attention (no biases, no mask) from four
+# `(D, D)` weight matrices used as `x @ w` (the math convention, not `nn.Linear`'s): project
+# `x (B, L, D)` to queries, keys and values, split them into `num_heads` heads, compute
+# `softmax(q kᵀ / sqrt(d_head)) v` in every head, merge the heads and apply `w_o`. Return
+# `(B, L, D)`. You may reuse your `split_heads` and `merge_heads`; write the attention itself
+# with `torch.softmax` and matrix products.
+
+
+# %%
+def mha_forward(
+    x: torch.Tensor,
+    w_q: torch.Tensor,
+    w_k: torch.Tensor,
+    w_v: torch.Tensor,
+    w_o: torch.Tensor,
+    num_heads: int,
+) -> torch.Tensor:
+    ### BEGIN SOLUTION
+    q = split_heads(x @ w_q, num_heads)  # (B, H, L, Dh)
+    k = split_heads(x @ w_k, num_heads)  # (B, H, L, Dh)
+    v = split_heads(x @ w_v, num_heads)  # (B, H, L, Dh)
+    d_head = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)  # (B, H, L, L)
+    weights = torch.softmax(scores, dim=-1)  # (B, H, L, L): each query's row sums to 1
+    return merge_heads(weights @ v) @ w_o  # (B, L, D)
+    ### END SOLUTION
+
+
+# %%
+check("03.5", mha_forward)
+
+# %% [markdown] tags=["solution_only"]
+# *The usual slips*, each of which the check recognises: scaling by `sqrt(d_model)` instead
+# of `sqrt(d_head)` (the variance argument of chapter 2 is about the vectors actually
+# multiplied, which are `d_head` long); forgetting `w_o`; splitting with a single reshape;
+# and taking the softmax over the queries (`dim=-2`) instead of the keys.

@@ -30,7 +30,16 @@ __all__ = [
 ]
 
 VERDICTS = ("reproduced", "partly", "not reproduced")
-COLUMNS = ("claim", "experiment", "verdict", "measured")
+# (header, Claim attribute): the id (C1…C30 for the article's claims) comes first so a reader
+# can find the claim in outline.md.
+COLUMNS = (
+    ("id", "claim_id"),
+    ("claim", "claim"),
+    ("experiment", "experiment"),
+    ("verdict", "verdict"),
+    ("measured", "measured"),
+)
+HEADERS = tuple(h for h, _ in COLUMNS)
 
 try:  # IPython is there in every notebook; the package itself does not need it
     from IPython.display import Markdown as _MarkdownBase
@@ -100,14 +109,14 @@ def _markdown(rows: list[Claim]) -> str:
     def cell(s: str) -> str:
         return s.replace("|", "\\|")
 
-    lines = ["| " + " | ".join(COLUMNS) + " |", "| " + " | ".join("---" for _ in COLUMNS) + " |"]
+    lines = ["| " + " | ".join(HEADERS) + " |", "| " + " | ".join("---" for _ in HEADERS) + " |"]
     for c in rows:
-        lines.append("| " + " | ".join(cell(getattr(c, col)) for col in COLUMNS) + " |")
+        lines.append("| " + " | ".join(cell(getattr(c, attr)) for _, attr in COLUMNS) + " |")
     return "\n".join(lines)
 
 
 def _plain(rows: list[Claim]) -> str:
-    table = [COLUMNS, *[tuple(getattr(c, col) for col in COLUMNS) for c in rows]]
+    table = [HEADERS, *[tuple(getattr(c, attr) for _, attr in COLUMNS) for c in rows]]
     widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
     out = ["  ".join(s.ljust(w) for s, w in zip(r, widths, strict=True)).rstrip() for r in table]
     out.insert(1, "  ".join("-" * w for w in widths))
@@ -126,5 +135,5 @@ class ClaimsTable(_MarkdownBase):
 
 
 def claims_table() -> ClaimsTable:
-    """The recorded claims as a table with columns claim, experiment, verdict, measured."""
+    """The recorded claims as a table with columns id, claim, experiment, verdict, measured."""
     return ClaimsTable(claims())

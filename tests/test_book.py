@@ -37,15 +37,15 @@ def parse_markdown_table(text: str) -> list[list[str]]:
     return rows
 
 
-def test_table_has_the_four_columns_in_recording_order():
+def test_table_has_the_five_columns_in_recording_order():
     record_claim("b", "Scaling keeps softmax soft", "max weight vs d", "reproduced", "0.31 vs 0.99")
     record_claim("a", "Heads specialise", "entropy per head", "partly", "3 of 8 heads")
     rows = parse_markdown_table(claims_table().data)
-    assert rows[0] == ["claim", "experiment", "verdict", "measured"]
-    assert rows[1] == ["---"] * 4
+    assert rows[0] == ["id", "claim", "experiment", "verdict", "measured"]
+    assert rows[1] == ["---"] * 5
     assert rows[2:] == [
-        ["Scaling keeps softmax soft", "max weight vs d", "reproduced", "0.31 vs 0.99"],
-        ["Heads specialise", "entropy per head", "partly", "3 of 8 heads"],
+        ["b", "Scaling keeps softmax soft", "max weight vs d", "reproduced", "0.31 vs 0.99"],
+        ["a", "Heads specialise", "entropy per head", "partly", "3 of 8 heads"],
     ]
 
 
@@ -67,16 +67,16 @@ def test_notebook_display_has_markdown_and_an_aligned_plain_text_table():
     assert "A \\| B" in data["text/markdown"]
     assert "line one line two" in data["text/markdown"]  # newlines would break the row
     plain = data["text/plain"].splitlines()
-    assert plain[0].split() == ["claim", "experiment", "verdict", "measured"]
+    assert plain[0].split() == ["id", "claim", "experiment", "verdict", "measured"]
     assert set(plain[1].replace(" ", "")) == {"-"}
-    assert plain[2].startswith("A | B  line one line two  reproduced  x = 1.00")
+    assert plain[2].startswith("a   A | B  line one line two  reproduced  x = 1.00")
     assert repr(table) == data["text/plain"]
 
 
 def test_empty_table_has_only_the_header():
     assert parse_markdown_table(claims_table().data) == [
-        ["claim", "experiment", "verdict", "measured"],
-        ["---"] * 4,
+        ["id", "claim", "experiment", "verdict", "measured"],
+        ["---"] * 5,
     ]
 
 
@@ -116,4 +116,4 @@ def test_markdown_round_trips_any_single_line_text(rows):
     for n, (claim, experiment, verdict, measured) in enumerate(rows):
         record_claim(f"id{n}", claim, experiment, verdict, measured)
     parsed = parse_markdown_table(claims_table().data)[2:]
-    assert parsed == [list(r) for r in rows]
+    assert parsed == [[f"id{n}", *r] for n, r in enumerate(rows)]

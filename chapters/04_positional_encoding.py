@@ -816,7 +816,7 @@ record_claim(
     f"{far_window['sinusoidal']:.2f}",
 )
 record_claim(
-    "learned",
+    "§4 learned PE",
     claim="Learned position embeddings are locked to the trained maximum length, with "
     "parameters growing linearly in it",
     experiment="parameter count vs max_len; the same look-back experiment with tables of 32 "

@@ -269,6 +269,9 @@ class SequenceClassifier(nn.Module):
             self.pos = SinusoidalPositionalEncoding(d_model, max_len=max_len)
         elif positional == "learned":
             self.pos = LearnedPositionalEmbedding(max_len, d_model)
+            # nn.Embedding starts tokens at N(0, 1); the table's BERT-style N(0, 0.02) would
+            # leave positions ~50x weaker than tokens and slow to learn. Match the scales.
+            nn.init.normal_(self.pos.weight, std=1.0)
         elif positional == "rope":
             _check_divisible("d_model", d_model, "num_heads", num_heads)
             if (d_model // num_heads) % 2:

@@ -133,8 +133,14 @@ def plot_heads(
     ncols = min(ncols, n_heads)
     nrows = math.ceil(n_heads / ncols)
     fig, axes = plt.subplots(
-        nrows, ncols, figsize=(3.0 * ncols + 1.0, 2.8 * nrows + 0.6), squeeze=False
+        nrows,
+        ncols,
+        figsize=(3.0 * ncols + 1.0, 2.8 * nrows + 0.6),
+        squeeze=False,
+        layout="constrained",  # keeps the suptitle clear of the head titles
     )
+    # One colour scale for every head, so that heads can be compared.
+    vmin = float(w.min()) if vmin is None else vmin
     vmax = float(w.max()) if vmax is None else vmax
     image = None
     for idx, ax in enumerate(axes.flat):

@@ -102,6 +102,13 @@ def test_plot_heads_grid_shared_scale_and_titles():
     assert fig.axes[-1].get_ylabel() == "attention weight"
 
 
+def test_plot_heads_vmin_none_still_shares_one_scale():
+    w = _weights(3, 4, 4) + torch.arange(3.0).view(3, 1, 1)  # heads on different levels
+    fig = plot_heads(w, vmin=None)
+    clims = [ax.images[0].get_clim() for ax in fig.axes if ax.images]
+    assert clims == [(pytest.approx(float(w.min())), pytest.approx(float(w.max())))] * 3
+
+
 def test_plot_heads_bad_inputs():
     with pytest.raises(ValueError, match=r"weights must have 3 dimensions \(heads"):
         plot_heads(torch.ones(3, 4))

@@ -9,45 +9,15 @@ the usual mistakes one by one so that the message can name the likely cause.
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 from torch import nn
 
 from ..functional import scaled_dot_product_attention
 from . import CheckFailed, expect_close, expect_shape, generator, randn, register
+from .helpers import expect_int, expect_number, expect_tensor, matches
 
 Tensor = torch.Tensor
-
-
-def _matches(got: object, expected: Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
-    """Same shape and close: used to recognise a known mistake."""
-    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-        return False
-    g, e = got.detach().double(), expected.detach().double()
-    return bool(torch.isfinite(g).all() and torch.allclose(g, e, atol=atol, rtol=rtol))
-
-
-def _tensor_result(name: str, got: object) -> Tensor:
-    if not isinstance(got, torch.Tensor):
-        raise CheckFailed(f"{name} should return a torch.Tensor, got {type(got).__name__}")
-    return got
-
-
-def _as_number(name: str, got: object) -> float:
-    if isinstance(got, torch.Tensor) and got.numel() == 1:
-        got = got.item()
-    if isinstance(got, bool) or not isinstance(got, numbers.Real):
-        raise CheckFailed(f"{name} should be a number, got {type(got).__name__} ({got!r})")
-    return float(got)
-
-
-def _as_int(name: str, got: object) -> int:
-    if isinstance(got, torch.Tensor) and got.numel() == 1:
-        got = got.item()
-    if isinstance(got, bool) or not isinstance(got, numbers.Integral):
-        raise CheckFailed(f"{name} should be an int, got {type(got).__name__} ({got!r})")
-    return int(got)
 
 
 # ------------------------------------------------------------------------------------------
@@ -66,7 +36,7 @@ def _check_path_lengths(candidate) -> None:
             raise CheckFailed(
                 f"{call} should return a tuple (rnn_steps, attention_steps), got {got!r}"
             )
-        rnn, attn = _as_int(f"{call}[0]", got[0]), _as_int(f"{call}[1]", got[1])
+        rnn, attn = expect_int(f"{call}[0]", got[0]), expect_int(f"{call}[1]", got[1])
         distance = target - source
         if rnn != distance:
             if rnn == distance + 1:
@@ -149,7 +119,7 @@ def _check_rnn_case(candidate, batch, length, d, hidden, with_h0, seed) -> None:
     h0 = torch.randn(batch, hidden, generator=g) if with_h0 else None  # (B, H)
     label = f"B={batch}, L={length}, D={d}, H={hidden}{', with h0' if with_h0 else ''}"
     args = (x, w_ih, w_hh, b) if h0 is None else (x, w_ih, w_hh, b, h0)
-    got = _tensor_result("rnn_forward(...)", candidate(*args))
+    got = expect_tensor("rnn_forward(...)", candidate(*args))
     if tuple(got.shape) == (batch, hidden):
         raise CheckFailed(
             f"({label}) rnn_forward returned only the last state {tuple(got.shape)}: return "
@@ -157,12 +127,12 @@ def _check_rnn_case(candidate, batch, length, d, hidden, with_h0, seed) -> None:
         )
     expect_shape(f"rnn_forward(...) ({label})", got, (batch, length, hidden), hint="(B, L, H)")
     expected = _rnn_reference(x, w_ih, w_hh, b, h0)  # (B, L, H)
-    if _matches(got, expected):
+    if matches(got, expected):
         return
-    if h0 is not None and _matches(got, _rnn_reference(x, w_ih, w_hh, b, None)):
+    if h0 is not None and matches(got, _rnn_reference(x, w_ih, w_hh, b, None)):
         raise CheckFailed(f"({label}) it matches an RNN started from zeros: start from h0")
     for hint, wrong in _rnn_variants(x, w_ih, w_hh, b, h0).items():
-        if _matches(got, wrong):
+        if matches(got, wrong):
             raise CheckFailed(f"({label}) {hint}")
     expect_close(f"rnn_forward(...) ({label})", got, expected, atol=1e-5, rtol=1e-4)
 
@@ -198,7 +168,7 @@ def _linear_rnn_gradient_autograd(lam: float, distance: int) -> float:
 def _check_linear_rnn_gradient(candidate) -> None:
     for lam, distance in GRADIENT_CASES:
         call = f"linear_rnn_gradient({lam}, {distance})"
-        got = _as_number(call, candidate(lam, distance))
+        got = expect_number(call, candidate(lam, distance))
         expected = _linear_rnn_gradient_autograd(lam, distance)
         if math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-12):
             continue
@@ -240,7 +210,7 @@ def _steps_until_below_reference(lam: float, threshold: float) -> int:
 def _check_steps_until_below(candidate) -> None:
     for lam, threshold in SURVIVAL_CASES:
         call = f"steps_until_below({lam}, {threshold})"
-        got = _as_int(call, candidate(lam, threshold))
+        got = expect_int(call, candidate(lam, threshold))
         expected = _steps_until_below_reference(lam, threshold)
         if got == expected:
             continue
@@ -289,7 +259,7 @@ def _check_cross_case(candidate, batch, lq, lk, d, d_k, d_v, seed) -> None:
     w_k = randn(d, d_k, seed=seed + 3) / math.sqrt(d)  # (D, d_k)
     w_v = randn(d, d_v, seed=seed + 4)  # (D, d_v)
     label = f"decoder length {lq}, encoder length {lk}"
-    got = _tensor_result("cross_attention(...)", candidate(dec, enc, w_q, w_k, w_v))
+    got = expect_tensor("cross_attention(...)", candidate(dec, enc, w_q, w_k, w_v))
     if tuple(got.shape) == (batch, lk, d_v) and lk != lq:
         raise CheckFailed(
             f"({label}) the output has one row per encoder position {tuple(got.shape)}: the "
@@ -300,10 +270,10 @@ def _check_cross_case(candidate, batch, lq, lk, d, d_k, d_v, seed) -> None:
     k = (enc @ w_k).unsqueeze(1)  # (B, 1, Lk, d_k)
     v = (enc @ w_v).unsqueeze(1)  # (B, 1, Lk, d_v)
     expected = scaled_dot_product_attention(q, k, v).squeeze(1)  # (B, Lq, d_v)
-    if _matches(got, expected):
+    if matches(got, expected):
         return
     for hint, wrong in _cross_variants(dec, enc, w_q, w_k, w_v).items():
-        if _matches(got, wrong):
+        if matches(got, wrong):
             raise CheckFailed(f"({label}) {hint}")
     expect_close(f"cross_attention(...) ({label})", got, expected, atol=1e-5, rtol=1e-4)
 

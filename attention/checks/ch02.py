@@ -9,7 +9,6 @@ mistakes one by one so that the message can name the likely cause.
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -17,30 +16,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from ..functional import scaled_dot_product_attention
 from ..masks import causal_mask, combine_masks, padding_mask
 from . import CheckFailed, expect_close, expect_shape, expect_true, rand_qkv, randn, register
+from .helpers import check_formula, expect_tensor, matches
 
 Tensor = torch.Tensor
-
-
-def _matches(got: Tensor, expected: Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
-    """Same shape and close (NaN nowhere in ``got``): used to recognise a known mistake."""
-    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-        return False
-    g, e = got.detach().double(), expected.detach().double()
-    return bool(torch.isfinite(g).all() and torch.allclose(g, e, atol=atol, rtol=rtol))
-
-
-def _tensor_result(name: str, got: object) -> Tensor:
-    if not isinstance(got, torch.Tensor):
-        raise CheckFailed(f"{name} should return a torch.Tensor, got {type(got).__name__}")
-    return got
-
-
-def _as_number(name: str, got: object) -> float:
-    if isinstance(got, torch.Tensor) and got.numel() == 1:
-        got = got.item()
-    if isinstance(got, bool) or not isinstance(got, numbers.Real):
-        raise CheckFailed(f"{name} should be a number, got {type(got).__name__} ({got!r})")
-    return float(got)
 
 
 # ------------------------------------------------------------------------------------------
@@ -81,7 +59,7 @@ def _attention_variants(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) ->
 
 def _check_attention_case(candidate, q, k, v, mask, label: str) -> None:
     got = candidate(q, k, v) if mask is None else candidate(q, k, v, mask)
-    got = _tensor_result("attention(q, k, v, mask)", got)
+    got = expect_tensor("attention(q, k, v, mask)", got)
     b, h, lq, _ = q.shape
     expect_shape(
         f"attention(q, k, v{', mask' if mask is not None else ''}) ({label})",
@@ -90,7 +68,7 @@ def _check_attention_case(candidate, q, k, v, mask, label: str) -> None:
         hint="(B, H, Lq, Ev): one row per query, the width of the values",
     )
     expected = scaled_dot_product_attention(q, k, v, mask)  # (B, H, Lq, Ev)
-    if _matches(got, expected):
+    if matches(got, expected):
         return
     if torch.isnan(got).any() and not torch.isnan(expected).any():
         no_key = mask is not None and not bool(mask.any(-1).all())
@@ -101,7 +79,7 @@ def _check_attention_case(candidate, q, k, v, mask, label: str) -> None:
             )
         raise CheckFailed(f"({label}) the output contains NaN")
     for hint, wrong in _attention_variants(q, k, v, mask).items():
-        if _matches(got, wrong):
+        if matches(got, wrong):
             raise CheckFailed(f"({label}) {hint}")
     expect_close(f"attention(q, k, v) ({label})", got, expected, atol=1e-5, rtol=1e-4)
 
@@ -126,34 +104,6 @@ def _check_attention(candidate) -> None:
 # ------------------------------------------------------------------------------------------
 
 
-def _check_formula(candidate, name: str, cases, expected_fn, mistakes, explain: str) -> None:
-    """Compare ``candidate(*case)`` with ``expected_fn(*case)`` on every case.
-
-    When it is wrong, a known mistake (a formula in ``mistakes``, mapped to its hint) is named
-    only if it reproduces the candidate's answers on *every* case, so that a coincidence on one
-    case cannot trigger a misleading hint.
-    """
-    answers = []
-    for case in cases:
-        call = f"{name}({', '.join(f'{k}={_show(v)}' for k, v in case.items())})"
-        answers.append((call, _as_number(call, candidate(*case.values())), case))
-    wrong = [(c, got, case) for c, got, case in answers
-             if not math.isclose(got, expected_fn(*case.values()), rel_tol=1e-9)]  # fmt: skip
-    if not wrong:
-        return
-    call, got, case = wrong[0]
-    message = f"{call} is {_show(got)}, expected {_show(expected_fn(*case.values()))}"
-    for formula, hint in mistakes:
-        if all(math.isclose(g, formula(*c.values()), rel_tol=1e-9) for _, g, c in answers):
-            raise CheckFailed(f"{message}: {hint}")
-    raise CheckFailed(f"{message}: {explain}")
-
-
-def _show(x: float) -> str:
-    x = float(x)
-    return str(int(x)) if x.is_integer() else f"{x:.6g}"
-
-
 @register("02.2", title="The variance of a score")
 def _check_variance(candidate) -> None:
     cases = [
@@ -171,9 +121,10 @@ def _check_variance(candidate) -> None:
          "up to d_k times one term's, not d_k²"),
         (lambda d, a, b, c: a * b * c**2, "q·k is a sum of d_k terms: their variances add"),
     ]  # fmt: skip
-    _check_formula(
+    check_formula(
         candidate, "score_variance", cases, lambda d, a, b, c: d * a * b * c**2, mistakes,
         "Var(q·k) = d_k·var_q·var_k for independent zero-mean components, times scale²",
+        rel_tol=1e-9,
     )  # fmt: skip
 
 
@@ -185,19 +136,19 @@ def _check_variance(candidate) -> None:
 @register("02.3", title="A stable softmax with zeros for fully masked rows")
 def _check_softmax(candidate) -> None:
     def run(name: str, scores: Tensor, dim: int = -1) -> Tensor:
-        got = _tensor_result(name, candidate(scores.clone(), dim=dim))
+        got = expect_tensor(name, candidate(scores.clone(), dim=dim))
         expect_shape(name, got, scores.shape, hint="softmax keeps the shape of its input")
         return got
 
     scores = randn(3, 4, 5, seed=3)  # (…, n)
     got = run("stable_softmax(scores)", scores)
-    if not _matches(got, torch.softmax(scores, -1)):
-        if _matches(got, torch.softmax(scores, 1)):
+    if not matches(got, torch.softmax(scores, -1)):
+        if matches(got, torch.softmax(scores, 1)):
             raise CheckFailed("stable_softmax(scores) normalised the wrong dimension: use dim")
         expect_close("stable_softmax(scores)", got, torch.softmax(scores, -1))
 
     got = run("stable_softmax(scores, dim=1)", scores, dim=1)
-    if _matches(got, torch.softmax(scores, -1)):
+    if matches(got, torch.softmax(scores, -1)):
         raise CheckFailed("stable_softmax(scores, dim=1) ignored dim: it normalised the last dim")
     expect_close("stable_softmax(scores, dim=1)", got, torch.softmax(scores, 1))
 
@@ -266,9 +217,10 @@ def _check_flops(candidate) -> None:
         (lambda b, h, lq, lk, d: b * h * lq * lk * (2 * d - 1), "close, but the convention "
          "here counts 2·d_k FLOPs per score (d_k multiplies and d_k adds)"),
     ]  # fmt: skip
-    _check_formula(
+    check_formula(
         candidate, "qk_flops", cases, _flops_of_qk, mistakes,
         "each of the B·H·Lq·Lk scores is a dot product of length d_k, i.e. 2·d_k FLOPs",
+        rel_tol=1e-9,
     )  # fmt: skip
 
 
@@ -281,7 +233,7 @@ def _check_flops(candidate) -> None:
 def _check_jacobian(candidate) -> None:
     scores = randn(2, 3, 5, seed=5, dtype=torch.float64)  # (2, 3, n)
     p = torch.softmax(scores, -1)  # (2, 3, n)
-    got = _tensor_result("softmax_jacobian(p)", candidate(p.clone()))
+    got = expect_tensor("softmax_jacobian(p)", candidate(p.clone()))
     expect_shape(
         "softmax_jacobian(p) for p of shape (2, 3, 5)",
         got,
@@ -294,7 +246,7 @@ def _check_jacobian(candidate) -> None:
             for row in scores.reshape(-1, 5)
         ]
     ).reshape(2, 3, 5, 5)  # (2, 3, n, n)
-    if _matches(got, expected, atol=1e-10, rtol=1e-8):
+    if matches(got, expected, atol=1e-10, rtol=1e-8):
         return
     outer = p.unsqueeze(-1) * p.unsqueeze(-2)  # (2, 3, n, n)
     hints = {
@@ -306,6 +258,6 @@ def _check_jacobian(candidate) -> None:
         "diag(p) alone misses the -p pᵀ term": torch.diag_embed(p),
     }
     for hint, wrong in hints.items():
-        if _matches(got, wrong, atol=1e-10, rtol=1e-8):
+        if matches(got, wrong, atol=1e-10, rtol=1e-8):
             raise CheckFailed(f"softmax_jacobian(p) is wrong: {hint}")
     expect_close("softmax_jacobian(p)", got, expected, atol=1e-10, rtol=1e-8)

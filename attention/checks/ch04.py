@@ -15,32 +15,9 @@ import torch
 
 from ..positional import apply_rope, sinusoidal_encoding
 from . import CheckFailed, expect_close, expect_shape, randn, register
+from .helpers import check_formula, expect_tensor, matches
 
 Tensor = torch.Tensor
-
-
-def _tensor_result(name: str, got: object) -> Tensor:
-    if not isinstance(got, torch.Tensor):
-        raise CheckFailed(f"{name} should return a torch.Tensor, got {type(got).__name__}")
-    if not got.is_floating_point():
-        raise CheckFailed(f"{name} should be a floating-point tensor, got dtype {got.dtype}")
-    return got
-
-
-def _matches(got: Tensor, expected: Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
-    """Same shape and close (no NaN in ``got``): used to recognise a known mistake."""
-    if got.shape != expected.shape:
-        return False
-    g, e = got.detach().double(), expected.detach().double()
-    return bool(torch.isfinite(g).all() and torch.allclose(g, e, atol=atol, rtol=rtol))
-
-
-def _as_number(name: str, got: object) -> float:
-    if isinstance(got, torch.Tensor) and got.numel() == 1:
-        got = got.item()
-    if isinstance(got, bool) or not isinstance(got, numbers.Real):
-        raise CheckFailed(f"{name} should be a number, got {type(got).__name__} ({got!r})")
-    return float(got)
 
 
 def _pair_angles(n_pos: int, dim: int, base: float, *, exponent: str = "2i") -> Tensor:
@@ -92,7 +69,7 @@ def _check_table(candidate) -> None:
     for max_len, d_model, base in ((50, 16, None), (7, 6, None), (30, 8, 100.0)):
         call = f"sinusoidal_table({max_len}, {d_model}{'' if base is None else f', base={base}'})"
         got = candidate(max_len, d_model) if base is None else candidate(max_len, d_model, base)
-        got = _tensor_result(call, got)
+        got = expect_tensor(call, got, floating=True)
         if got.shape == (d_model, max_len):
             raise CheckFailed(
                 f"{call} has shape {tuple(got.shape)}: rows are positions and columns channels, "
@@ -101,12 +78,12 @@ def _check_table(candidate) -> None:
         expect_shape(call, got, (max_len, d_model), hint="(max_len, d_model)")
         base = 10000.0 if base is None else base
         expected = sinusoidal_encoding(max_len, d_model, base, dtype=torch.float64)
-        if _matches(got, expected):
+        if matches(got, expected):
             continue
         for hint, wrong in _table_variants(max_len, d_model, base).items():
-            if _matches(got, wrong):
+            if matches(got, wrong):
                 raise CheckFailed(f"{call}: {hint}")
-        if base != 10000.0 and _matches(got, sinusoidal_encoding(max_len, d_model)):
+        if base != 10000.0 and matches(got, sinusoidal_encoding(max_len, d_model)):
             raise CheckFailed(f"{call}: it ignores base (it used 10000)")
         expect_close(
             call,
@@ -119,36 +96,6 @@ def _check_table(candidate) -> None:
 # ------------------------------------------------------------------------------------------
 # 04.2 and 04.5: numbers
 # ------------------------------------------------------------------------------------------
-
-
-def _show(x: float) -> str:
-    x = float(x)
-    return str(int(x)) if x.is_integer() else f"{x:.6g}"
-
-
-def _check_formula(candidate, name: str, cases, expected_fn, mistakes, explain: str) -> None:
-    """``candidate(*case)`` must equal ``expected_fn(*case)`` on every case.
-
-    A known mistake (a formula in ``mistakes``, with its hint) is named only if it reproduces
-    the candidate's answers on *every* case, so that one coincidence cannot mislead.
-    """
-    answers = []
-    for case in cases:
-        call = f"{name}({', '.join(f'{k}={_show(v)}' for k, v in case.items())})"
-        answers.append((call, _as_number(call, candidate(*case.values())), case))
-    wrong = [
-        (c, got, case)
-        for c, got, case in answers
-        if not math.isclose(got, expected_fn(*case.values()), rel_tol=1e-6)
-    ]
-    if not wrong:
-        return
-    call, got, case = wrong[0]
-    message = f"{call} is {_show(got)}, expected {_show(expected_fn(*case.values()))}"
-    for formula, hint in mistakes:
-        if all(math.isclose(g, formula(*c.values()), rel_tol=1e-6) for _, g, c in answers):
-            raise CheckFailed(f"{message}: {hint}")
-    raise CheckFailed(f"{message}: {explain}")
 
 
 @register("04.2", title="The wavelength of a channel pair")
@@ -173,7 +120,7 @@ def _check_wavelength(candidate) -> None:
         (lambda i, d, b: math.pi * b ** (2 * i / d), "a wave repeats after 2π radians, not π (π "
          "is the distance between two zero crossings)"),
     ]  # fmt: skip
-    _check_formula(
+    check_formula(
         candidate,
         "wavelength",
         cases,
@@ -220,7 +167,7 @@ def _check_bert(candidate) -> None:
 def _check_shift(candidate) -> None:
     for k, d_model in ((1, 4), (3, 8), (10, 8)):
         call = f"shift_matrix({k}, {d_model})"
-        got = _tensor_result(call, candidate(k, d_model))
+        got = expect_tensor(call, candidate(k, d_model), floating=True)
         expect_shape(call, got, (d_model, d_model), hint="(d_model, d_model)")
         m = got.detach().double()  # (D, D)
         pe = sinusoidal_encoding(300, d_model, dtype=torch.float64)  # (300, D): rows = positions
@@ -290,13 +237,13 @@ def _check_rope(candidate) -> None:
     for shape in ((2, 3, 7, 8), (1, 2, 12, 16)):
         x = randn(*shape, seed=sum(shape))  # (B, H, L, Dh)
         call = f"rope_rotate_half(x of shape {shape})"
-        got = _tensor_result(call, candidate(x.clone()))
+        got = expect_tensor(call, candidate(x.clone()), floating=True)
         expect_shape(call, got, shape, hint="RoPE keeps the shape (B, H, L, Dh)")
         expected = apply_rope(x)
-        if _matches(got, expected):
+        if matches(got, expected):
             continue
         for hint, wrong in _rope_variants(x).items():
-            if _matches(got, wrong):
+            if matches(got, wrong):
                 raise CheckFailed(f"{call}: {hint}")
         norms_kept = torch.allclose(got.double().norm(dim=-1), x.double().norm(dim=-1), atol=1e-4)
         if not norms_kept:

@@ -238,7 +238,7 @@ def test_threaded_path_equals_inline_path(monkeypatch):
     kw = dict(causal=True, block_q=8, block_k=16)
     out_inline = flash_attention(q, k, v, **kw)
     grads_inline = _grads(out_inline, (q, k, v))
-    monkeypatch.setattr(flash_module, "PARALLEL_MIN_SCORES", 0)
+    monkeypatch.setattr(flash_module, "PARALLEL_MIN_WORK", 0)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -250,6 +250,21 @@ def test_threaded_path_equals_inline_path(monkeypatch):
     torch.testing.assert_close(out, out_inline, rtol=1e-12, atol=1e-12)
     for got, want in zip(grads, grads_inline, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_dispatch_modes_see_every_op(monkeypatch):
+    """Dispatch modes are per thread: under one (memory or FLOP counting) the loop stays in
+    the calling thread, so that the mode sees all of it."""
+    monkeypatch.setattr(flash_module, "PARALLEL_MIN_WORK", 0)
+    q, k, v = _qkv(1, 2, 32, 32, 4, 4, dtype=torch.float32)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with _Recorder() as rec:
+            flash_attention(q, k, v, block_q=8, block_k=8)
+    finally:
+        torch.set_num_threads(before)
+    assert sum(c in ("bmm", "baddbmm", "baddbmm_") for c in rec.calls) == 2 * 16
 
 
 def test_empty_sequences():

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+import attention.efficient.flash as flash_module
 from attention.efficient.linear import (
     LinearAttentionState,
     elu_feature_map,
@@ -182,6 +183,30 @@ def test_causal_never_holds_a_state_per_position():
     per_position_states = n * e * e * 4
     assert rec.largest * 4 <= per_position_states, rec.largest
     assert rec.largest * 4 <= n * n * 4, rec.largest
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_threaded_path_equals_inline_path(monkeypatch, causal):
+    """On a CPU with several threads, large calls split the heads over Python threads (the
+    autograd graph is built in those threads); outputs, states and gradients are the same."""
+    q, k, v = _qkv(2, 3, 21, 21, 4, 5, requires_grad=True)
+    kw = dict(causal=causal, chunk_size=4, return_state=True)
+    out_inline, state_inline = linear_attention(q, k, v, **kw)
+    grads_inline = _grads(out_inline, (q, k, v))
+    monkeypatch.setattr(flash_module, "PARALLEL_MIN_WORK", 0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        out, state = linear_attention(q, k, v, **kw)
+        grads = _grads(out, (q, k, v))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(out, out_inline, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(state.S, state_inline.S, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(state.z, state_inline.z, rtol=1e-12, atol=1e-12)
+    for got, want in zip(grads, grads_inline, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
 def test_empty_sequences():

@@ -29,7 +29,7 @@ the running max is subtracted inside the ``baddbmm`` that computes them; ``exp2_
 ``2**8`` (FlashAttention-4's lazy rescaling: exact, because the final division uses the same
 reference max, and safe from overflow with that bound). With causal masking, tiles entirely
 in the future are skipped and only tiles cut by the diagonal are masked. On a CPU with several
-threads, large calls give each thread its own heads (see :func:`_over_heads`).
+threads, large calls give each thread its own heads (see :func:`run_over_heads`).
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import torch
 from torch.autograd.function import once_differentiable
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 from torch.utils.checkpoint import checkpoint
 
 from .._checks import check_choice, check_positive_int, check_qkv
@@ -52,7 +54,7 @@ LOG2E = math.log2(math.e)  # exp(x) == exp2(x * log2(e))
 LN2 = math.log(2.0)
 # Lazy rescaling: the running max used as the exponent's offset may lag the true row max by up
 # to this many powers of two, so probabilities stay <= 2**8 and row sums <= Lk * 2**8, far from
-# float16/32 overflow; the result is exact either way.
+# float32 overflow (half inputs are computed in float32); the result is exact either way.
 RESCALE_THRESHOLD = 8.0
 # Defaults measured on a 2-core CPU (fp32, B=1, H=8, head dim 64, n = 2048..8192; 128..1024
 # tried): blocks this large amortise the Python loop (a tile is ~1 ms of work), and one
@@ -259,36 +261,47 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-# Below this many scores (B·H·Lq·Lk) the tile loop runs in the calling thread: starting
-# threads costs more than it saves.
-PARALLEL_MIN_SCORES = 1 << 22
+# Below this much work (multiply-adds) a call runs in the calling thread: starting threads
+# would cost more than it saves (2**28 is ~10 ms on one core).
+PARALLEL_MIN_WORK = 1 << 28
+
+T = TypeVar("T")
 
 
-def _over_heads(work: Callable[[slice], None], bh: int, n_scores: int, device) -> None:
-    """Call ``work(heads)`` on slices of the flattened batch·heads axis, one thread each.
+def run_over_heads(fn: Callable[[slice], T], n_heads: int, work: int, device) -> list[T]:
+    """``[fn(heads) for heads in slices]`` over a flattened batch·heads axis, in parallel on CPU.
 
-    Why threads: the tile loop issues thousands of small torch ops. With torch's intra-op
+    Why threads: a tiled loop issues thousands of small torch ops. With torch's intra-op
     threading each is an OpenMP fork/join, and on a busy machine every join waits for a
     descheduled thread (10x slowdowns measured on 2 shared cores). Here each Python thread
     runs its own heads with single-threaded ops (torch releases the GIL inside an op), so the
     threads meet once, at the end, like torch's fused CPU kernel. New threads take their op
     thread count from the global setting, hence the temporary ``set_num_threads(1)``.
+
+    Runs ``[fn(slice(0, n_heads))]`` in the calling thread instead when: not on a CPU, one
+    thread or head, less than ``PARALLEL_MIN_WORK`` multiply-adds, or a dispatch mode (memory
+    or FLOP counting, fake tensors) is active: modes are per thread and would miss the ops.
     """
     n_threads = torch.get_num_threads()
-    n_workers = min(n_threads, bh)
-    if torch.device(device).type != "cpu" or n_workers < 2 or n_scores < PARALLEL_MIN_SCORES:
-        work(slice(0, bh))
-        return
+    n_workers = min(n_threads, n_heads)
+    if (
+        torch.device(device).type != "cpu"
+        or n_workers < 2
+        or work < PARALLEL_MIN_WORK
+        or _get_current_dispatch_mode() is not None
+    ):
+        return [fn(slice(0, n_heads))]
+    grad_enabled = torch.is_grad_enabled()  # grad mode is per thread: carry the caller's
 
-    def run(heads: slice) -> None:
-        with torch.no_grad():  # grad mode is per thread; the loop must never record a graph
-            work(heads)
+    def run(heads: slice) -> T:
+        with torch.set_grad_enabled(grad_enabled):
+            return fn(heads)
 
-    bounds = [i * bh // n_workers for i in range(n_workers + 1)]
+    bounds = [i * n_heads // n_workers for i in range(n_workers + 1)]
     torch.set_num_threads(1)
     try:
         with ThreadPoolExecutor(n_workers) as pool:
-            list(pool.map(run, [slice(bounds[i], bounds[i + 1]) for i in range(n_workers)]))
+            return list(pool.map(run, [slice(bounds[i], bounds[i + 1]) for i in range(n_workers)]))
     finally:
         torch.set_num_threads(n_threads)
 
@@ -308,7 +321,7 @@ class _FlashAttention(torch.autograd.Function):
         def work(hs: slice) -> None:
             _flash_forward(q2[hs], k_c[hs], v_c[hs], out[hs], lse[hs], shift, block_q, block_k)
 
-        _over_heads(work, bh, bh * n_queries * n_keys, q.device)
+        run_over_heads(work, bh, bh * n_queries * n_keys * (q.shape[2] + v.shape[2]), q.device)
         out = out.to(q.dtype)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.scale, ctx.shift, ctx.block_q, ctx.block_k = scale, shift, block_q, block_k
@@ -333,7 +346,7 @@ class _FlashAttention(torch.autograd.Function):
             )  # fmt: skip
 
         bh, n_queries, n_keys = q.shape[0], q.shape[1], k.shape[1]
-        _over_heads(work, bh, bh * n_queries * n_keys, q.device)
+        run_over_heads(work, bh, 3 * bh * n_queries * n_keys * (q.shape[2] + v.shape[2]), q.device)
         # Natural scores are t = scale q·k; the loop used q2 = scale log2(e) q, so
         # dq = scale (dT K) and dk = dTᵀ (scale q) = (dTᵀ q2) / log2(e).
         d_q = d_q2.mul_(ctx.scale).to(q.dtype)  # (BH, Lq, E)

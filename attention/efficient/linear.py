@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from .._checks import check_float, check_positive_int, check_qkv, check_rank
 from ..masks import causal_mask
+from .flash import run_over_heads
 
 Tensor = torch.Tensor
 
@@ -104,16 +105,16 @@ def _with_ones(v: Tensor) -> Tensor:
 
 def _causal_chunked(phi_q: Tensor, phi_k: Tensor, v1: Tensor, chunk_size: int) -> Tensor:
     """Causal linear attention by chunks, before normalising. ``phi_q``/``phi_k``
-    ``(B, H, L, E)`` (features), ``v1 = [V, 1]`` ``(B, H, L, Ev + 1)``. Returns
-    ``[numerator, denominator]`` ``(B, H, L, Ev + 1)``."""
-    b, h, n, e = phi_q.shape
+    ``(BH, L, E)`` (features), ``v1 = [V, 1]`` ``(BH, L, Ev + 1)``. Returns
+    ``[numerator, denominator]`` ``(BH, L, Ev + 1)``."""
+    bh, n, e = phi_q.shape
     ev1 = v1.shape[-1]
     c = min(chunk_size, n)
     n_chunks = -(-n // c)
     pad = n_chunks * c - n
     if pad:  # zero features: padded keys add nothing to any sum; padded queries are dropped
         phi_q, phi_k, v1 = (F.pad(t, (0, 0, 0, pad)) for t in (phi_q, phi_k, v1))
-    bhn = b * h * n_chunks  # every chunk of every head is one matrix of a batched product
+    bhn = bh * n_chunks  # every chunk of every head is one matrix of a batched product
     qc = phi_q.reshape(bhn, c, e)  # (BHN, C, E)
     kc = phi_k.reshape(bhn, c, e)  # (BHN, C, E)
     vc = v1.reshape(bhn, c, ev1)  # (BHN, C, Ev+1)
@@ -125,10 +126,33 @@ def _causal_chunked(phi_q: Tensor, phi_k: Tensor, v1: Tensor, chunk_size: int) -
 
     # Inter-chunk: each chunk's own [S, z]; the running sums over the chunks before it are
     # the state at the chunk's start: N states, never one per position.
-    chunk_state = torch.bmm(kc.transpose(1, 2), vc).view(b, h, n_chunks, e, ev1)
-    state_before = chunk_state.cumsum(dim=2).sub_(chunk_state)  # (B, H, N, E, Ev+1)
-    out = torch.baddbmm(intra, qc, state_before.view(bhn, e, ev1))  # (BHN, C, Ev+1)
-    return out.view(b, h, n_chunks * c, ev1)[:, :, :n]
+    chunk_state = torch.bmm(kc.transpose(1, 2), vc).view(bh, n_chunks, e, ev1)
+    state_before = chunk_state.cumsum(dim=1).sub_(chunk_state)  # (BH, N, E, Ev+1)
+    out = intra.baddbmm_(qc, state_before.view(bhn, e, ev1))  # (BHN, C, Ev+1) intra + inter
+    return out.view(bh, n_chunks * c, ev1)[:, :n]
+
+
+def _linear_heads(
+    q: Tensor, k: Tensor, v: Tensor, causal: bool, chunk_size: int, eps: float, with_state: bool
+) -> tuple[Tensor, Tensor | None]:
+    """Linear attention on flattened heads: ``q (BH, Lq, E)``, ``k (BH, Lk, E)``,
+    ``v (BH, Lk, Ev)``. Returns the output ``(BH, Lq, Ev)`` in the compute dtype and, if
+    ``with_state``, ``[S, z]`` after all keys ``(BH, E, Ev + 1)``."""
+    cdt = _compute_dtype(q.dtype)
+    phi_q = elu_feature_map(q.to(cdt))  # (BH, Lq, E)
+    phi_k = elu_feature_map(k.to(cdt))  # (BH, Lk, E)
+    v1 = _with_ones(v.to(cdt))  # (BH, Lk, Ev+1)
+    causal_chunks = causal and q.shape[1] > 0
+    state = None  # the causal path needs the final state only when asked for it
+    if with_state or not causal_chunks:
+        state = phi_k.transpose(1, 2) @ v1  # (BH, E, Ev+1) = [S, z]
+    if causal_chunks:
+        both = _causal_chunked(phi_q, phi_k, v1, chunk_size)  # (BH, L, Ev+1)
+    else:
+        both = phi_q @ state  # (BH, Lq, Ev+1) = [numerator, denominator]
+    dim_v = v.shape[-1]
+    out = both[..., :dim_v] / (both[..., dim_v:] + eps)  # (BH, Lq, Ev)
+    return out, state
 
 
 def linear_attention(
@@ -161,31 +185,33 @@ def linear_attention(
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     chunk_size = check_positive_int("chunk_size", chunk_size)
     eps = _check_eps(eps)
-    n_queries, n_keys = q.shape[2], k.shape[2]
+    b, h, n_queries, dim_k = q.shape
+    n_keys, dim_v = k.shape[2], v.shape[3]
     if causal and n_queries != n_keys:
         raise ValueError(
             f"causal linear attention needs as many queries as keys, got Lq={n_queries} and "
             f"Lk={n_keys} (for a prompt then new tokens use return_state and "
             f"linear_attention_step)"
         )
-    cdt = _compute_dtype(q.dtype)
-    phi_q = elu_feature_map(q.to(cdt))  # (B, H, Lq, E)
-    phi_k = elu_feature_map(k.to(cdt))  # (B, H, Lk, E)
-    v1 = _with_ones(v.to(cdt))  # (B, H, Lk, Ev+1)
-    causal_chunks = causal and n_queries > 0
-    state = None  # [S, z] after all keys (B, H, E, Ev+1): the causal path needs it only here
-    if return_state or not causal_chunks:
-        state = phi_k.transpose(-2, -1) @ v1  # (B, H, E, Ev+1)
-    if causal_chunks:
-        both = _causal_chunked(phi_q, phi_k, v1, chunk_size)  # (B, H, L, Ev+1)
-    else:
-        both = phi_q @ state  # (B, H, Lq, Ev+1) = [numerator, denominator]
-    dim_v = v.shape[-1]
-    out = both[..., :dim_v] / (both[..., dim_v:] + eps)  # (B, H, Lq, Ev)
-    out = out.to(q.dtype)
-    if return_state:
-        return out, LinearAttentionState(state[..., :dim_v], state[..., dim_v])
-    return out
+    q3 = q.reshape(b * h, n_queries, dim_k)  # (BH, Lq, E)
+    k3 = k.reshape(b * h, n_keys, dim_k)  # (BH, Lk, E)
+    v3 = v.reshape(b * h, n_keys, dim_v)  # (BH, Lk, Ev)
+    # A few large ops per call; on a multi-core CPU each thread takes some heads (no fork/join
+    # per op, see run_over_heads). Work in multiply-adds, roughly.
+    work = b * h * max(n_queries, n_keys) * (chunk_size * (dim_k + dim_v) + 2 * dim_k * dim_v)
+    parts = run_over_heads(
+        lambda hs: _linear_heads(q3[hs], k3[hs], v3[hs], causal, chunk_size, eps, return_state),
+        b * h,
+        work,
+        q.device,
+    )
+    out = parts[0][0] if len(parts) == 1 else torch.cat([p[0] for p in parts])  # (BH, Lq, Ev)
+    out = out.view(b, h, n_queries, dim_v).to(q.dtype)
+    if not return_state:
+        return out
+    state = parts[0][1] if len(parts) == 1 else torch.cat([p[1] for p in parts])
+    state = state.view(b, h, dim_k, dim_v + 1)  # (B, H, E, Ev+1) = [S, z]
+    return out, LinearAttentionState(state[..., :dim_v], state[..., dim_v])
 
 
 def linear_attention_step(

@@ -320,6 +320,32 @@ def test_chunked_checkpoints_each_query_chunk():
     assert torch.isfinite(q.grad).all()
 
 
+def test_chunked_threaded_path_equals_inline_path(monkeypatch):
+    """Checkpointed chunks built in worker threads give the same outputs and gradients."""
+    q, k, v = _qkv(2, 2, 19, 23, 3, 4, requires_grad=True)
+    kw = dict(query_chunk=5, key_chunk=6, causal=True, causal_alignment="bottom_right")
+    out_inline = chunked_attention(q, k, v, **kw)
+    grads_inline = _grads(out_inline, (q, k, v))
+    monkeypatch.setattr(flash_module, "PARALLEL_MIN_WORK", 0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        out = chunked_attention(q, k, v, **kw)
+        grads = _grads(out, (q, k, v))
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(out, out_inline, rtol=1e-12, atol=1e-12)
+    for got, want in zip(grads, grads_inline, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_chunked_empty_sequences():
+    q, k, v = _qkv(1, 2, 0, 5, 3, 4)
+    assert chunked_attention(q, k, v).shape == (1, 2, 0, 4)
+    q, k, v = _qkv(1, 2, 3, 0, 3, 4)
+    assert torch.equal(chunked_attention(q, k, v), torch.zeros(1, 2, 3, 4, dtype=q.dtype))
+
+
 def test_chunked_half_precision_and_no_grad():
     q, k, v = _qkv(1, 2, 30, 30, 8, 8, dtype=torch.float32)
     with torch.no_grad():

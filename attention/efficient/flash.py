@@ -35,6 +35,8 @@ threads, large calls give each thread its own heads (see :func:`run_over_heads`)
 from __future__ import annotations
 
 import math
+import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -266,6 +268,21 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
 PARALLEL_MIN_WORK = 1 << 28
 
 T = TypeVar("T")
+_POOL: ThreadPoolExecutor | None = None
+_POOL_KEY: tuple[int, int] | None = None  # (process id, workers) the pool was made for
+_POOL_LOCK = threading.Lock()
+
+
+def _worker_pool(n_workers: int) -> ThreadPoolExecutor:
+    """A pool kept across calls: new threads cost ~4 ms per call (thread start, per-thread
+    BLAS and OpenMP set-up). Remade after a fork (the child has none of the threads)."""
+    global _POOL, _POOL_KEY
+    with _POOL_LOCK:
+        key = (os.getpid(), n_workers)
+        if _POOL is None or _POOL_KEY != key:
+            _POOL = ThreadPoolExecutor(n_workers, thread_name_prefix="attention-heads")
+            _POOL_KEY = key
+        return _POOL
 
 
 def run_over_heads(fn: Callable[[slice], T], n_heads: int, work: int, device) -> list[T]:
@@ -275,8 +292,9 @@ def run_over_heads(fn: Callable[[slice], T], n_heads: int, work: int, device) ->
     threading each is an OpenMP fork/join, and on a busy machine every join waits for a
     descheduled thread (10x slowdowns measured on 2 shared cores). Here each Python thread
     runs its own heads with single-threaded ops (torch releases the GIL inside an op), so the
-    threads meet once, at the end, like torch's fused CPU kernel. New threads take their op
-    thread count from the global setting, hence the temporary ``set_num_threads(1)``.
+    threads meet once, at the end, like torch's fused CPU kernel. A thread takes its op
+    thread count from the global setting when it first runs an op, hence the temporary
+    ``set_num_threads(1)``; the pool's threads keep that count.
 
     Runs ``[fn(slice(0, n_heads))]`` in the calling thread instead when: not on a CPU, one
     thread or head, less than ``PARALLEL_MIN_WORK`` multiply-adds, or a dispatch mode (memory
@@ -298,10 +316,10 @@ def run_over_heads(fn: Callable[[slice], T], n_heads: int, work: int, device) ->
             return fn(heads)
 
     bounds = [i * n_heads // n_workers for i in range(n_workers + 1)]
+    pool = _worker_pool(n_workers)
     torch.set_num_threads(1)
     try:
-        with ThreadPoolExecutor(n_workers) as pool:
-            return list(pool.map(run, [slice(bounds[i], bounds[i + 1]) for i in range(n_workers)]))
+        return list(pool.map(run, [slice(bounds[i], bounds[i + 1]) for i in range(n_workers)]))
     finally:
         torch.set_num_threads(n_threads)
 
@@ -502,22 +520,29 @@ def chunked_attention(
     query_chunk = check_positive_int("query_chunk", query_chunk)
     key_chunk = check_positive_int("key_chunk", key_chunk)
     scale = _check_scale(scale)
-    n_queries, dim_k = q.shape[2], q.shape[3]
+    b, h, n_queries, dim_k = q.shape
+    n_keys, dim_v = k.shape[2], v.shape[3]
     if scale is None:
         scale = 1.0 / math.sqrt(dim_k) if dim_k > 0 else 1.0
     cdt = _compute_dtype(q.dtype)
-    q_scaled = q.to(cdt) * scale  # (B, H, Lq, E)
-    k, v = k.to(cdt), v.to(cdt)
-    shift = _causal_shift(n_queries, k.shape[2], causal, causal_alignment)
+    # Heads flattened into one axis (batch 1), so that run_over_heads can split them.
+    q_scaled = q.to(cdt).reshape(1, b * h, n_queries, dim_k) * scale  # (1, BH, Lq, E)
+    k = k.to(cdt).reshape(1, b * h, n_keys, dim_k)  # (1, BH, Lk, E)
+    v = v.to(cdt).reshape(1, b * h, n_keys, dim_v)  # (1, BH, Lk, Ev)
+    shift = _causal_shift(n_queries, n_keys, causal, causal_alignment)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q_scaled, k, v))
-    chunks = []
-    for q0 in range(0, n_queries, query_chunk):
-        q_chunk = q_scaled[:, :, q0 : q0 + query_chunk]  # (B, H, cq, E)
-        args = (q_chunk, k, v, q0, key_chunk, shift)
-        if needs_grad:
-            chunks.append(checkpoint(_attend_query_chunk, *args, use_reentrant=False))
-        else:
-            chunks.append(_attend_query_chunk(*args))
-    if not chunks:
-        return q.new_zeros(*q.shape[:-1], v.shape[-1])
-    return torch.cat(chunks, dim=2).to(q.dtype)  # (B, H, Lq, Ev)
+
+    def heads(hs: slice) -> Tensor:
+        chunks = []
+        for q0 in range(0, n_queries, query_chunk):
+            q_chunk = q_scaled[:, hs, q0 : q0 + query_chunk]  # (1, bh, cq, E)
+            args = (q_chunk, k[:, hs], v[:, hs], q0, key_chunk, shift)
+            if needs_grad:
+                chunks.append(checkpoint(_attend_query_chunk, *args, use_reentrant=False))
+            else:
+                chunks.append(_attend_query_chunk(*args))
+        return torch.cat(chunks, dim=2) if chunks else v.new_zeros(1, hs.stop - hs.start, 0, dim_v)
+
+    parts = run_over_heads(heads, b * h, b * h * n_queries * n_keys * (dim_k + dim_v), q.device)
+    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)  # (1, BH, Lq, Ev)
+    return out.view(b, h, n_queries, dim_v).to(q.dtype)

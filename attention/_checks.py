@@ -157,3 +157,20 @@ def check_mask(mask: object, target: Sequence[int], name: str = "mask") -> Tenso
             f"{tuple(mask.shape)}"
         )
     return mask
+
+
+def check_even(name: str, value: object) -> int:
+    """Raise unless ``value`` is a positive even int (sin/cos and rotation channels pair up)."""
+    check_positive_int(name, value)
+    if value % 2:
+        raise ValueError(f"{name} must be even (channels are used in pairs), got {value}")
+    return value
+
+
+def check_base(base: object) -> float:
+    """Raise unless ``base`` (of sinusoidal or rotary frequencies) is a number > 1."""
+    if isinstance(base, bool) or not isinstance(base, (int, float)):
+        raise TypeError(f"base must be a number > 1, got {type(base).__name__}")
+    if not base > 1:
+        raise ValueError(f"base must be > 1, got {base}")
+    return float(base)

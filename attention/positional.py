@@ -17,25 +17,18 @@ import math
 import torch
 from torch import nn
 
-from ._checks import check_choice, check_float, check_positive_int, check_rank, check_tensor
+from ._checks import (
+    check_base,
+    check_choice,
+    check_even,
+    check_float,
+    check_positive_int,
+    check_rank,
+    check_tensor,
+)
 from .masks import _offsets
 
 Tensor = torch.Tensor
-
-
-def _check_even(name: str, value: int) -> int:
-    check_positive_int(name, value)
-    if value % 2:
-        raise ValueError(f"{name} must be even (channels are used in pairs), got {value}")
-    return value
-
-
-def _check_base(base: object) -> float:
-    if isinstance(base, bool) or not isinstance(base, (int, float)):
-        raise TypeError(f"base must be a number > 1, got {type(base).__name__}")
-    if not base > 1:
-        raise ValueError(f"base must be > 1, got {base}")
-    return float(base)
 
 
 def _inverse_frequencies(dim: int, base: float, dtype: torch.dtype, device) -> Tensor:
@@ -69,8 +62,8 @@ def sinusoidal_encoding(
     ``pos``. ``d_model`` must be even. Computed in float64, returned in ``dtype``.
     """
     max_len = check_positive_int("max_len", max_len)
-    d_model = _check_even("d_model", d_model)
-    base = _check_base(base)
+    d_model = check_even("d_model", d_model)
+    base = check_base(base)
     pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (L, 1)
     angles = pos * _inverse_frequencies(d_model, base, torch.float64, None)  # (L, D/2)
     pe = torch.empty(max_len, d_model, dtype=torch.float64)  # (L, D)
@@ -180,8 +173,8 @@ def rope_angles(
         )
     if positions.dtype == torch.bool:
         raise TypeError("positions must be an integer or float tensor, got dtype torch.bool")
-    head_dim = _check_even("head_dim", head_dim)
-    base = _check_base(base)
+    head_dim = check_even("head_dim", head_dim)
+    base = check_base(base)
     check_choice("dtype", dtype, (torch.float32, torch.float64))
     inv_freq = _inverse_frequencies(head_dim, base, dtype, positions.device)  # (Dh/2,)
     return positions.to(dtype).unsqueeze(-1) * inv_freq  # (..., L, Dh/2)
@@ -260,8 +253,8 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, base: float = 10000.0, interleaved: bool = False):
         super().__init__()
-        self.head_dim = _check_even("head_dim", head_dim)
-        self.base = _check_base(base)
+        self.head_dim = check_even("head_dim", head_dim)
+        self.base = check_base(base)
         self.interleaved = bool(interleaved)
 
     def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:

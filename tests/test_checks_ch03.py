@@ -5,21 +5,12 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
+from check_outcomes import fails, run_check
 
-from attention.checks import CheckFailed, check, exercises_for_chapter, results
+from attention.checks import check, exercises_for_chapter, results
 
 EXERCISES = {ex.id: ex for ex in exercises_for_chapter("03")}
-
-
-def run(exercise_id, candidate):
-    EXERCISES[exercise_id].check(candidate)
-
-
-def fails(exercise_id, candidate, message):
-    with pytest.raises(CheckFailed, match=message):
-        run(exercise_id, candidate)
 
 
 def test_all_five_exercises_are_registered():
@@ -40,7 +31,7 @@ def merge_right(x):
 
 
 def test_split_heads():
-    run("03.1", split_right)
+    run_check("03.1", split_right)
     fails("03.1", lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1), "straight to")
     fails("03.1", lambda x, h: x.view(x.shape[0], x.shape[1], h, -1), r"transpose\(1, 2\)")
     fails(
@@ -52,7 +43,7 @@ def test_split_heads():
 
 
 def test_merge_heads():
-    run("03.2", merge_right)
+    run_check("03.2", merge_right)
     fails("03.2", lambda x: x.reshape(x.shape[0], x.shape[2], -1), "mixes tokens")
     fails("03.2", lambda x: x.transpose(1, 2).view(x.shape[0], x.shape[2], -1), "not contiguous")
     fails("03.2", lambda x: x.transpose(1, 2).reshape(x.shape[0], x.shape[2], -1) + 1, "off by")
@@ -70,7 +61,7 @@ def params_right(d_model, num_heads, num_kv_heads, bias):
 
 
 def test_attention_params():
-    run("03.3", params_right)
+    run_check("03.3", params_right)
     assert params_right(768, 12, 12, True) == 2_362_368  # BERT-base, independently known
     fails("03.3", lambda d, h, kv, bias: params_right(d, h, kv, False), "forget the biases")
     fails("03.3", lambda d, h, kv, bias: params_right(d, h, h, bias), "num_kv_heads")
@@ -91,7 +82,7 @@ def cache_right(num_layers, num_heads, num_kv_heads, head_dim, seq_len, batch_si
 
 
 def test_kv_cache_bytes():
-    run("03.4", cache_right)
+    run_check("03.4", cache_right)
     assert cache_right(32, 32, 32, 128, 4096, 1, 2) == 2 * 1024**3
     fails("03.4", lambda *a: cache_right(*a) // 2, "keys AND values")
 
@@ -143,7 +134,7 @@ def mha_mistake(
 
 
 def test_mha_forward():
-    run("03.5", mha_right)
+    run_check("03.5", mha_right)
     fails("03.5", mha_mistake(scale_by_d_model=True), "sqrt\\(d_model\\)")
     fails("03.5", mha_mistake(no_scale=True), "not scaled")
     fails("03.5", mha_mistake(no_w_o=True), "output projection is missing")

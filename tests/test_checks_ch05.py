@@ -5,22 +5,13 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 import torch.nn.functional as F
+from check_outcomes import fails, run_check
 
-from attention.checks import CheckFailed, check, exercises_for_chapter, results
+from attention.checks import check, exercises_for_chapter, results
 
 EXERCISES = {ex.id: ex for ex in exercises_for_chapter("05")}
-
-
-def run(exercise_id, candidate):
-    EXERCISES[exercise_id].check(candidate)
-
-
-def fails(exercise_id, candidate, message):
-    with pytest.raises(CheckFailed, match=message):
-        run(exercise_id, candidate)
 
 
 def test_all_five_exercises_are_registered():
@@ -35,7 +26,7 @@ def table_right(n, h, b=1, nbytes=4):
 
 
 def test_score_table_bytes():
-    run("05.1", table_right)
+    run_check("05.1", table_right)
     fails("05.1", lambda n, h, b, nb: b * h * n * nb, "n × n entries")
     fails("05.1", lambda n, h, b, nb: b * n * n * nb, "multiply by num_heads")
     fails("05.1", lambda n, h, b, nb: h * n * n * nb, "multiply by batch_size")
@@ -61,7 +52,7 @@ def band(q, k, v, left, right, *, lo=None, hi=None, scale=True, invert=False, di
 
 
 def test_band_attention():
-    run("05.2", band)
+    run_check("05.2", band)
     fails("05.2", lambda q, k, v, left, right: band(q, k, v, left, 0), "only backwards")
     fails("05.2", lambda q, k, v, left, right: band(q, k, v, 0, right), "only forwards")
     fails(
@@ -92,7 +83,7 @@ def savings_right(n, left, right):
 
 
 def test_window_savings():
-    run("05.3", savings_right)
+    run_check("05.3", savings_right)
     fails("05.3", lambda n, le, ri: n / (le + ri + 1), "ignores the edges")
     fails("05.3", lambda n, le, ri: n / (le + ri) if le + ri else 1.0, "own")
     fails("05.3", lambda n, le, ri: 1 / savings_right(n, le, ri), "upside down")
@@ -111,7 +102,7 @@ def linear_right(q, k, v, eps=1e-6):
 
 
 def test_linear_attention():
-    run("05.4", linear_right)
+    run_check("05.4", linear_right)
 
     def no_plus_one(q, k, v, eps=1e-6):
         phi_q, phi_k = F.elu(q), F.elu(k)
@@ -139,7 +130,7 @@ def longest_right(memory, h, nbytes=2):
 
 
 def test_longest_sequence():
-    run("05.5", longest_right)
+    run_check("05.5", longest_right)
     fails("05.5", lambda m, h, nb: math.isqrt(m // nb), "divide the memory by num_heads")
     fails("05.5", lambda m, h, nb: math.isqrt(m // h), "divide by it")
     fails("05.5", lambda m, h, nb: round(math.sqrt(m / (h * nb))), "round down")

@@ -22,7 +22,15 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .._checks import check_choice, check_float, check_positive_int, check_rank, check_tensor
+from .._checks import (
+    check_base,
+    check_choice,
+    check_even,
+    check_float,
+    check_positive_int,
+    check_rank,
+    check_tensor,
+)
 from ..blocks import POSITIONAL_KINDS, SequenceClassifier
 from ..masks import padding_mask
 
@@ -33,21 +41,6 @@ def _check_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
     return value
-
-
-def _check_even(name: str, value: object) -> int:
-    check_positive_int(name, value)
-    if value % 2:
-        raise ValueError(f"{name} must be even (channels come in sin/cos pairs), got {value}")
-    return value
-
-
-def _check_base(base: object) -> float:
-    if isinstance(base, bool) or not isinstance(base, (int, float)):
-        raise TypeError(f"base must be a number > 1, got {type(base).__name__}")
-    if not base > 1:
-        raise ValueError(f"base must be > 1, got {base}")
-    return float(base)
 
 
 # ------------------------------------------------------------------------------------------
@@ -63,8 +56,8 @@ def sinusoidal_wavelengths(d_model: int, base: float = 10000.0) -> Tensor:
     ``i = 0`` up to almost ``2π · base`` for the last pair, a geometric progression with ratio
     ``base^(2/D)``. float64.
     """
-    d_model = _check_even("d_model", d_model)
-    base = _check_base(base)
+    d_model = check_even("d_model", d_model)
+    base = check_base(base)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
     return 2.0 * math.pi * base ** (two_i / d_model)  # (D/2,)
 
@@ -103,8 +96,8 @@ def sinusoidal_shift_matrix(k: int, d_model: int, base: float = 10000.0) -> Tens
     :func:`attention.positional.sinusoidal_encoding`.
     """
     k = _check_int("k", k)
-    d_model = _check_even("d_model", d_model)
-    base = _check_base(base)
+    d_model = check_even("d_model", d_model)
+    base = check_base(base)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
     angle = k * base ** (-two_i / d_model)  # (D/2,): k·ω_i
     c, s = torch.cos(angle), torch.sin(angle)  # (D/2,) each

@@ -118,6 +118,34 @@ def test_global_tokens_match_dense(s, data, as_bool):
         torch.testing.assert_close(got, want)
 
 
+@settings(max_examples=25, deadline=None)
+@given(s=shapes, tile=st.integers(1, 64), with_globals=st.booleans())
+def test_query_block_groups_match_dense(s, tile, with_globals):
+    # A tiny score tile splits every head's query blocks into many groups (the cache-sized
+    # grouping long sequences use); forward and gradients must not change.
+    from attention.efficient import sliding_window as sw
+
+    n = s["lq"]
+    q, k, v = _qkv(s["b"], s["h"], n, n, s["e"], s["ev"], requires_grad=True)
+    g_pos = torch.tensor([0, n // 2]).unique() if with_globals else None
+    allowed = sliding_window_mask(n, n, left=s["left"], right=s["right"])
+    if g_pos is not None:
+        allowed = allowed | _global_mask(g_pos, n)
+    old = sw.SCORE_TILE_ELEMENTS
+    sw.SCORE_TILE_ELEMENTS = tile
+    try:
+        out = sliding_window_attention(
+            q, k, v, left=s["left"], right=s["right"], global_tokens=g_pos,
+            block_size=s["block_size"],
+        )  # fmt: skip
+    finally:
+        sw.SCORE_TILE_ELEMENTS = old
+    ref = scaled_dot_product_attention(q, k, v, allowed)
+    torch.testing.assert_close(out, ref)
+    for got, want in zip(_grads(out, (q, k, v)), _grads(ref, (q, k, v)), strict=True):
+        torch.testing.assert_close(got, want)
+
+
 def test_global_key_inside_band_counts_once():
     # Key 2 is global and in every query's band: a double count would change the weights.
     q, k, v = _qkv(1, 1, 6, 6, 3, 2)

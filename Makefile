@@ -24,8 +24,10 @@ $(STAMP): requirements-dev.txt pyproject.toml
 	$(PY) tools/lab_settings.py $(VENV)
 	touch $(STAMP)
 
+# LAB_ARGS: extra jupyter options (e.g. LAB_ARGS="--no-browser --port=8890"); tests use it.
 lab: venv
-	$(VENV)/bin/jupyter lab --notebook-dir=. --ServerApp.root_dir=. chapters/
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/chapters \
+		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

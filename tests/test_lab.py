@@ -168,3 +168,33 @@ def test_the_running_lab_uses_the_jupytext_viewer_for_python_files(lab):
     default = settings["schema"]["properties"]["defaultViewers"]["default"]
     assert default.get("python") == "Jupytext Notebook"
     assert lab.get("/lab")[0] == 200
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_lab_serves_the_book(tmp_path):
+    """The README's `make lab` itself starts a server rooted at the repository."""
+    token, port = secrets.token_hex(16), free_port()
+    args = f"--no-browser --port={port} --port-retries=0 --IdentityProvider.token={token}"
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), OMP_NUM_THREADS="1")
+    with open(tmp_path / "make_lab.log", "wb") as log:
+        proc = subprocess.Popen(
+            ["make", "--no-print-directory", "lab", f"LAB_ARGS={args}"],
+            cwd=REPO, env=env, stdout=log, stderr=log, start_new_session=True,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/api/contents/chapters"
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    try:
+        deadline, listing = time.monotonic() + 60, None
+        while listing is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    listing = json.loads(response.read())
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.5)
+        log_text = (tmp_path / "make_lab.log").read_text(errors="replace")
+        assert listing is not None, f"make lab did not serve the book:\n{log_text[-3000:]}"
+        assert listing["type"] == "directory"
+        assert "/lab/tree/chapters" in log_text  # opens on the chapters folder
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=30)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from attention_inputs import input_grads, random_qkv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -12,21 +13,6 @@ from torch.utils._pytree import tree_flatten
 from attention.efficient.block_sparse import bigbird_layout, block_sparse_attention
 from attention.functional import naive_attention_float64, scaled_dot_product_attention
 from attention.masks import block_layout_to_mask
-
-
-def _qkv(b, h, lq, lk, e, ev, dtype=torch.float64, seed=0, requires_grad=False):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, h, lq, e, generator=g, dtype=dtype)
-    k = torch.randn(b, h, lk, e, generator=g, dtype=dtype)
-    v = torch.randn(b, h, lk, ev, generator=g, dtype=dtype)
-    return tuple(t.requires_grad_(requires_grad) for t in (q, k, v))
-
-
-def _grads(out, inputs, seed=1):
-    upstream = torch.randn(
-        out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype
-    )
-    return torch.autograd.grad(out, inputs, upstream)
 
 
 class _OpRecorder(TorchDispatchMode):
@@ -73,7 +59,7 @@ def _random_layout(c):
 @settings(max_examples=50, deadline=None)
 @given(c=cases)
 def test_matches_dense_block_mask(c):
-    q, k, v = _qkv(c["b"], c["h"], c["lq"], c["lk"], c["e"], c["ev"], seed=c["seed"])
+    q, k, v = random_qkv(c["b"], c["h"], c["lq"], c["lk"], c["e"], c["ev"], seed=c["seed"])
     layout = _random_layout(c)  # empty rows included: density can be 0
     out = block_sparse_attention(q, k, v, layout, c["block_size"])
     mask = block_layout_to_mask(layout, c["block_size"], c["lq"], c["lk"])  # (.., Lq, Lk)
@@ -85,12 +71,12 @@ def test_matches_dense_block_mask(c):
 @settings(max_examples=25, deadline=None)
 @given(c=cases)
 def test_gradients_match_dense(c):
-    q, k, v = _qkv(c["b"], c["h"], c["lq"], c["lk"], c["e"], c["ev"], requires_grad=True)
+    q, k, v = random_qkv(c["b"], c["h"], c["lq"], c["lk"], c["e"], c["ev"], requires_grad=True)
     layout = _random_layout(c)
     out = block_sparse_attention(q, k, v, layout, c["block_size"])
     mask = block_layout_to_mask(layout, c["block_size"], c["lq"], c["lk"])
     ref = scaled_dot_product_attention(q, k, v, mask)
-    for got, want in zip(_grads(out, (q, k, v)), _grads(ref, (q, k, v)), strict=True):
+    for got, want in zip(input_grads(out, (q, k, v)), input_grads(ref, (q, k, v)), strict=True):
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got, want)
 
@@ -98,7 +84,7 @@ def test_gradients_match_dense(c):
 def test_partial_last_key_block_gets_no_weight():
     # Lk = 10, blocks of 4: key block 2 holds keys 8, 9 and two padding slots. Query block 0
     # attends only key block 2, so its weights must spread over exactly keys 8 and 9.
-    q, k, v = _qkv(1, 1, 4, 10, 3, 2)
+    q, k, v = random_qkv(1, 1, 4, 10, 3, 2)
     layout = torch.tensor([[False, False, True]])
     out = block_sparse_attention(q, k, v, layout, 4)
     ref = scaled_dot_product_attention(q, k[:, :, 8:], v[:, :, 8:])
@@ -106,23 +92,23 @@ def test_partial_last_key_block_gets_no_weight():
 
 
 def test_all_true_layout_is_dense_attention():
-    q, k, v = _qkv(2, 2, 13, 13, 8, 8, dtype=torch.float32)
+    q, k, v = random_qkv(2, 2, 13, 13, 8, 8, dtype=torch.float32)
     layout = torch.ones(4, 4, dtype=torch.bool)
     out = block_sparse_attention(q, k, v, layout, 4)
     torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(q, k, v))
 
 
 def test_empty_row_gives_zeros_and_finite_gradients():
-    q, k, v = _qkv(1, 2, 8, 8, 4, 3, requires_grad=True)
+    q, k, v = random_qkv(1, 2, 8, 8, 4, 3, requires_grad=True)
     layout = torch.tensor([[True, False], [False, False]])
     out = block_sparse_attention(q, k, v, layout, 4)
     assert torch.equal(out[:, :, 4:], torch.zeros_like(out[:, :, 4:]))
-    assert all(torch.isfinite(g).all() for g in _grads(out, (q, k, v)))
+    assert all(torch.isfinite(g).all() for g in input_grads(out, (q, k, v)))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_close_to_float32(dtype):
-    q, k, v = _qkv(2, 2, 30, 30, 16, 16, dtype=torch.float32)
+    q, k, v = random_qkv(2, 2, 30, 30, 16, 16, dtype=torch.float32)
     layout = bigbird_layout(4, window=0, n_random=1)
     ref = block_sparse_attention(q, k, v, layout, 8)
     out = block_sparse_attention(q.to(dtype), k.to(dtype), v.to(dtype), layout, 8)
@@ -133,7 +119,7 @@ def test_half_precision_close_to_float32(dtype):
 def test_cost_is_proportional_to_active_blocks():
     # n = 2**15: one n × n float32 tensor would be 4 GiB.
     n, bs, b, h, ev = 2**15, 32, 1, 1, 4
-    q, k, v = _qkv(b, h, n, n, 4, ev, dtype=torch.float32)
+    q, k, v = random_qkv(b, h, n, n, 4, ev, dtype=torch.float32)
     layout = bigbird_layout(n // bs, window=1, n_global=1, n_random=2)
     active, rows = int(layout.sum()), int(layout.any(-1).sum())
     with _OpRecorder() as probe:
@@ -188,7 +174,7 @@ def test_bigbird_layout_is_seeded_and_saturates():
     ],
 )
 def test_bad_arguments_raise_clear_errors(layout, block_size, error, match):
-    q, k, v = _qkv(1, 2, 10, 10, 4, 4)  # 10 positions in blocks of 4: a 3 × 3 layout
+    q, k, v = random_qkv(1, 2, 10, 10, 4, 4)  # 10 positions in blocks of 4: a 3 × 3 layout
     with pytest.raises(error, match=match):
         block_sparse_attention(q, k, v, layout, block_size)
 
@@ -210,7 +196,7 @@ def test_bigbird_layout_bad_arguments(kwargs, match):
 
 @pytest.mark.parametrize(("lq", "lk"), [(0, 5), (4, 0), (0, 0)])
 def test_empty_sequences_behave_like_torch(lq, lk):
-    q, k, v = _qkv(1, 2, lq, lk, 4, 3)
+    q, k, v = random_qkv(1, 2, lq, lk, 4, 3)
     layout = torch.ones(-(-lq // 2), -(-lk // 2), dtype=torch.bool)
     out = block_sparse_attention(q, k, v, layout, 2)
     torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(q, k, v))

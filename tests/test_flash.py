@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from attention_inputs import input_grads, random_qkv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -17,20 +18,6 @@ from attention.functional import naive_attention_float64, scaled_dot_product_att
 from attention.masks import causal_mask
 
 ALIGNMENTS = ("top_left", "bottom_right")
-
-
-def _qkv(b, h, lq, lk, e, ev, *, hk=None, dtype=torch.float64, seed=0, requires_grad=False):
-    g = torch.Generator().manual_seed(seed)
-    hk = h if hk is None else hk
-    q = torch.randn(b, h, lq, e, generator=g, dtype=dtype)
-    k = torch.randn(b, hk, lk, e, generator=g, dtype=dtype)
-    v = torch.randn(b, hk, lk, ev, generator=g, dtype=dtype)
-    return tuple(t.requires_grad_(requires_grad) for t in (q, k, v))
-
-
-def _grads(out, inputs, seed=1):
-    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed))
-    return torch.autograd.grad(out, inputs, upstream.to(out.dtype))
 
 
 def _dense_lse(q, k, causal, alignment):
@@ -79,7 +66,7 @@ shapes = st.fixed_dictionaries(
 @settings(max_examples=50, deadline=None)
 @given(s=shapes)
 def test_forward_and_lse_match_dense(s):
-    q, k, v = _qkv(s["b"], s["h"], s["lq"], s["lk"], s["e"], s["ev"])
+    q, k, v = random_qkv(s["b"], s["h"], s["lq"], s["lk"], s["e"], s["ev"])
     kw = dict(causal=s["causal"], causal_alignment=s["alignment"])
     out, lse = flash_attention(
         q, k, v, block_q=s["block_q"], block_k=s["block_k"], return_lse=True, **kw
@@ -96,11 +83,11 @@ def test_forward_and_lse_match_dense(s):
 @settings(max_examples=40, deadline=None)
 @given(s=shapes)
 def test_gradients_match_dense(s):
-    q, k, v = _qkv(s["b"], s["h"], s["lq"], s["lk"], s["e"], s["ev"], requires_grad=True)
+    q, k, v = random_qkv(s["b"], s["h"], s["lq"], s["lk"], s["e"], s["ev"], requires_grad=True)
     kw = dict(causal=s["causal"], causal_alignment=s["alignment"])
     out = flash_attention(q, k, v, block_q=s["block_q"], block_k=s["block_k"], **kw)
     ref = scaled_dot_product_attention(q, k, v, **kw)
-    for got, want in zip(_grads(out, (q, k, v)), _grads(ref, (q, k, v)), strict=True):
+    for got, want in zip(input_grads(out, (q, k, v)), input_grads(ref, (q, k, v)), strict=True):
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
 
@@ -110,7 +97,7 @@ def test_gradients_match_dense(s):
 def test_gradcheck_output_and_lse(causal, alignment):
     """torch.autograd.gradcheck of both outputs: the hand-written backward, including the
     gradient flowing into lse, against finite differences (float64, tiny shapes)."""
-    q, k, v = _qkv(1, 2, 5, 6, 3, 4, requires_grad=True, seed=3)
+    q, k, v = random_qkv(1, 2, 5, 6, 3, 4, requires_grad=True, seed=3)
 
     def f(q, k, v):
         return flash_attention(
@@ -125,7 +112,7 @@ def test_uses_the_custom_backward_and_saves_only_linear_tensors():
     """No autograd graph through the tile loop: one Function node whose saved tensors are q,
     k, v, out and lse (O(n)), and nothing of size Lq × Lk is ever allocated."""
     n, e = 256, 8
-    q, k, v = _qkv(1, 2, n, n, e, e, dtype=torch.float32, requires_grad=True)
+    q, k, v = random_qkv(1, 2, n, n, e, e, dtype=torch.float32, requires_grad=True)
     saved = []
 
     def pack(t):
@@ -146,7 +133,7 @@ def test_uses_the_custom_backward_and_saves_only_linear_tensors():
 def test_causal_skips_future_tiles_and_masks_only_the_diagonal():
     """With Lq = Lk = 4 blocks: 10 of the 16 tiles are computed (one matmul pair each) and
     only the 4 diagonal tiles are masked, in the forward; the backward likewise."""
-    q, k, v = _qkv(1, 1, 32, 32, 4, 4, dtype=torch.float32, requires_grad=True)
+    q, k, v = random_qkv(1, 1, 32, 32, 4, 4, dtype=torch.float32, requires_grad=True)
     with _Recorder() as rec:
         out = flash_attention(q, k, v, causal=True, block_q=8, block_k=8)
     matmuls = sum(c in ("bmm", "baddbmm", "baddbmm_") for c in rec.calls)
@@ -162,7 +149,7 @@ def test_causal_skips_future_tiles_and_masks_only_the_diagonal():
 @pytest.mark.parametrize("block_q,block_k", [(1, 1), (3, 5), (100, 100)])
 def test_fully_masked_rows_give_zeros_minus_inf_lse_and_finite_grads(block_q, block_k):
     """Bottom-right causal with Lq > Lk: the first Lq - Lk queries see no key."""
-    q, k, v = _qkv(2, 2, 9, 4, 3, 5, requires_grad=True)
+    q, k, v = random_qkv(2, 2, 9, 4, 3, 5, requires_grad=True)
     out, lse = flash_attention(
         q, k, v, causal=True, causal_alignment="bottom_right", block_q=block_q,
         block_k=block_k, return_lse=True,
@@ -171,8 +158,8 @@ def test_fully_masked_rows_give_zeros_minus_inf_lse_and_finite_grads(block_q, bl
     assert torch.isneginf(lse[:, :, :5]).all() and torch.isfinite(lse[:, :, 5:]).all()
     ref = scaled_dot_product_attention(q, k, v, causal=True, causal_alignment="bottom_right")
     torch.testing.assert_close(out, ref)
-    grads = _grads(out, (q, k, v))
-    for got, want in zip(grads, _grads(ref, (q, k, v)), strict=True):
+    grads = input_grads(out, (q, k, v))
+    for got, want in zip(grads, input_grads(ref, (q, k, v)), strict=True):
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got, want)
     assert torch.equal(grads[0][:, :, :5], torch.zeros_like(grads[0][:, :, :5]))
@@ -181,7 +168,7 @@ def test_fully_masked_rows_give_zeros_minus_inf_lse_and_finite_grads(block_q, bl
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])
 def test_half_precision_close_to_float32(dtype, causal):
-    q, k, v = _qkv(1, 2, 70, 70, 16, 16, dtype=torch.float32, requires_grad=True)
+    q, k, v = random_qkv(1, 2, 70, 70, 16, 16, dtype=torch.float32, requires_grad=True)
     qh, kh, vh = (t.detach().to(dtype).requires_grad_() for t in (q, k, v))
     out, lse = flash_attention(qh, kh, vh, causal=causal, block_q=16, block_k=32, return_lse=True)
     assert out.dtype == dtype and lse.dtype == torch.float32
@@ -189,15 +176,15 @@ def test_half_precision_close_to_float32(dtype, causal):
                                        causal=causal)  # fmt: skip
     tol = 1e-2 if dtype == torch.float16 else 3e-2
     torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol)
-    grads = _grads(out, (qh, kh, vh))
-    ref_grads = _grads(scaled_dot_product_attention(q, k, v, causal=causal), (q, k, v))
+    grads = input_grads(out, (qh, kh, vh))
+    ref_grads = input_grads(scaled_dot_product_attention(q, k, v, causal=causal), (q, k, v))
     for got, want in zip(grads, ref_grads, strict=True):
         assert got.dtype == dtype and torch.isfinite(got).all()
         torch.testing.assert_close(got.float(), want, rtol=5 * tol, atol=5 * tol)
 
 
 def test_float32_close_to_float64_reference():
-    q, k, v = _qkv(2, 3, 300, 260, 32, 24, dtype=torch.float32)
+    q, k, v = random_qkv(2, 3, 300, 260, 32, 24, dtype=torch.float32)
     out = flash_attention(q, k, v, causal=True, causal_alignment="bottom_right")
     allowed = causal_mask(300, 260, alignment="bottom_right")
     ref = naive_attention_float64(q, k, v, allowed)
@@ -207,7 +194,7 @@ def test_float32_close_to_float64_reference():
 def test_large_score_jumps_rescale_the_accumulator():
     """Scores that grow by far more than the lazy-rescaling threshold from one key tile to the
     next (and would overflow float32 without rescaling) are still exact."""
-    q, k, v = _qkv(1, 2, 8, 64, 4, 4, dtype=torch.float32)
+    q, k, v = random_qkv(1, 2, 8, 64, 4, 4, dtype=torch.float32)
     k = k * torch.linspace(0.1, 60.0, 64)[:, None]  # later keys: much larger scores
     out, lse = flash_attention(q, k, v, block_k=8, return_lse=True)
     ref = naive_attention_float64(q, k, v)
@@ -216,16 +203,16 @@ def test_large_score_jumps_rescale_the_accumulator():
 
 
 def test_grouped_query_attention_matches_dense():
-    q, k, v = _qkv(2, 6, 11, 13, 4, 3, hk=2, requires_grad=True)
+    q, k, v = random_qkv(2, 6, 11, 13, 4, 3, hk=2, requires_grad=True)
     out = flash_attention(q, k, v, causal=True, enable_gqa=True, block_q=4, block_k=5)
     ref = scaled_dot_product_attention(q, k, v, causal=True, enable_gqa=True)
     torch.testing.assert_close(out, ref)
-    for got, want in zip(_grads(out, (q, k, v)), _grads(ref, (q, k, v)), strict=True):
+    for got, want in zip(input_grads(out, (q, k, v)), input_grads(ref, (q, k, v)), strict=True):
         torch.testing.assert_close(got, want)
 
 
 def test_custom_scale_and_non_contiguous_inputs():
-    q, k, v = _qkv(2, 7, 3, 3, 5, 4)
+    q, k, v = random_qkv(2, 7, 3, 3, 5, 4)
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H=3, L=7, E) views, not contiguous
     out = flash_attention(q, k, v, scale=0.3, block_q=4, block_k=3)
     torch.testing.assert_close(out, scaled_dot_product_attention(q, k, v, scale=0.3))
@@ -234,16 +221,16 @@ def test_custom_scale_and_non_contiguous_inputs():
 def test_threaded_path_equals_inline_path(monkeypatch):
     """On a CPU with several threads, large calls split the heads over Python threads; the
     result and gradients are the same, and the thread setting is restored."""
-    q, k, v = _qkv(1, 3, 40, 33, 4, 5, requires_grad=True)
+    q, k, v = random_qkv(1, 3, 40, 33, 4, 5, requires_grad=True)
     kw = dict(causal=True, block_q=8, block_k=16)
     out_inline = flash_attention(q, k, v, **kw)
-    grads_inline = _grads(out_inline, (q, k, v))
+    grads_inline = input_grads(out_inline, (q, k, v))
     monkeypatch.setattr(flash_module, "PARALLEL_MIN_WORK", 0)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         out = flash_attention(q, k, v, **kw)
-        grads = _grads(out, (q, k, v))
+        grads = input_grads(out, (q, k, v))
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
@@ -256,7 +243,7 @@ def test_dispatch_modes_see_every_op(monkeypatch):
     """Dispatch modes are per thread: under one (memory or FLOP counting) the loop stays in
     the calling thread, so that the mode sees all of it."""
     monkeypatch.setattr(flash_module, "PARALLEL_MIN_WORK", 0)
-    q, k, v = _qkv(1, 2, 32, 32, 4, 4, dtype=torch.float32)
+    q, k, v = random_qkv(1, 2, 32, 32, 4, 4, dtype=torch.float32)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -268,9 +255,9 @@ def test_dispatch_modes_see_every_op(monkeypatch):
 
 
 def test_empty_sequences():
-    q, k, v = _qkv(1, 2, 0, 5, 3, 4)
+    q, k, v = random_qkv(1, 2, 0, 5, 3, 4)
     assert flash_attention(q, k, v).shape == (1, 2, 0, 4)
-    q, k, v = _qkv(1, 2, 3, 0, 3, 4)
+    q, k, v = random_qkv(1, 2, 3, 0, 3, 4)
     out, lse = flash_attention(q, k, v, return_lse=True)
     assert torch.equal(out, torch.zeros(1, 2, 3, 4, dtype=out.dtype))
     assert torch.isneginf(lse).all()
@@ -293,12 +280,12 @@ chunk_shapes = st.fixed_dictionaries(
 @settings(max_examples=40, deadline=None)
 @given(s=chunk_shapes)
 def test_chunked_forward_and_gradients_match_dense(s):
-    q, k, v = _qkv(2, 2, s["lq"], s["lk"], 3, 4, requires_grad=True)
+    q, k, v = random_qkv(2, 2, s["lq"], s["lk"], 3, 4, requires_grad=True)
     kw = dict(causal=s["causal"], causal_alignment=s["alignment"])
     out = chunked_attention(q, k, v, query_chunk=s["query_chunk"], key_chunk=s["key_chunk"], **kw)
     ref = scaled_dot_product_attention(q, k, v, **kw)
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
-    for got, want in zip(_grads(out, (q, k, v)), _grads(ref, (q, k, v)), strict=True):
+    for got, want in zip(input_grads(out, (q, k, v)), input_grads(ref, (q, k, v)), strict=True):
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
 
@@ -306,7 +293,7 @@ def test_chunked_forward_and_gradients_match_dense(s):
 def test_chunked_checkpoints_each_query_chunk():
     """Autograd keeps no score-sized tensor: the checkpointed chunks save only their inputs."""
     n = 128
-    q, k, v = _qkv(1, 2, n, n, 8, 8, dtype=torch.float32, requires_grad=True)
+    q, k, v = random_qkv(1, 2, n, n, 8, 8, dtype=torch.float32, requires_grad=True)
     largest = []
 
     def pack(t):
@@ -322,16 +309,16 @@ def test_chunked_checkpoints_each_query_chunk():
 
 def test_chunked_threaded_path_equals_inline_path(monkeypatch):
     """Checkpointed chunks built in worker threads give the same outputs and gradients."""
-    q, k, v = _qkv(2, 2, 19, 23, 3, 4, requires_grad=True)
+    q, k, v = random_qkv(2, 2, 19, 23, 3, 4, requires_grad=True)
     kw = dict(query_chunk=5, key_chunk=6, causal=True, causal_alignment="bottom_right")
     out_inline = chunked_attention(q, k, v, **kw)
-    grads_inline = _grads(out_inline, (q, k, v))
+    grads_inline = input_grads(out_inline, (q, k, v))
     monkeypatch.setattr(flash_module, "PARALLEL_MIN_WORK", 0)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         out = chunked_attention(q, k, v, **kw)
-        grads = _grads(out, (q, k, v))
+        grads = input_grads(out, (q, k, v))
     finally:
         torch.set_num_threads(before)
     torch.testing.assert_close(out, out_inline, rtol=1e-12, atol=1e-12)
@@ -340,14 +327,14 @@ def test_chunked_threaded_path_equals_inline_path(monkeypatch):
 
 
 def test_chunked_empty_sequences():
-    q, k, v = _qkv(1, 2, 0, 5, 3, 4)
+    q, k, v = random_qkv(1, 2, 0, 5, 3, 4)
     assert chunked_attention(q, k, v).shape == (1, 2, 0, 4)
-    q, k, v = _qkv(1, 2, 3, 0, 3, 4)
+    q, k, v = random_qkv(1, 2, 3, 0, 3, 4)
     assert torch.equal(chunked_attention(q, k, v), torch.zeros(1, 2, 3, 4, dtype=q.dtype))
 
 
 def test_chunked_half_precision_and_no_grad():
-    q, k, v = _qkv(1, 2, 30, 30, 8, 8, dtype=torch.float32)
+    q, k, v = random_qkv(1, 2, 30, 30, 8, 8, dtype=torch.float32)
     with torch.no_grad():
         out = chunked_attention(*(t.half() for t in (q, k, v)), query_chunk=7, key_chunk=9)
     assert out.dtype == torch.float16
@@ -373,7 +360,7 @@ def test_chunked_half_precision_and_no_grad():
     ],
 )
 def test_bad_arguments_raise_clear_errors(kwargs, error, match):
-    q, k, v = _qkv(1, 1, 4, 4, 2, 2)
+    q, k, v = random_qkv(1, 1, 4, 4, 2, 2)
     with pytest.raises(error, match=match):
         flash_attention(q, k, v, **kwargs)
 
@@ -388,14 +375,14 @@ def test_bad_arguments_raise_clear_errors(kwargs, error, match):
     ],
 )
 def test_chunked_bad_arguments_raise_clear_errors(kwargs, error, match):
-    q, k, v = _qkv(1, 1, 4, 4, 2, 2)
+    q, k, v = random_qkv(1, 1, 4, 4, 2, 2)
     with pytest.raises(error, match=match):
         chunked_attention(q, k, v, **kwargs)
 
 
 @pytest.mark.parametrize("fn", [flash_attention, chunked_attention])
 def test_bad_tensors_raise_clear_errors(fn):
-    q, k, v = _qkv(1, 2, 4, 5, 3, 3)
+    q, k, v = random_qkv(1, 2, 4, 5, 3, 3)
     with pytest.raises(ValueError, match=r"query must have 4 dimensions"):
         fn(q[0], k, v)
     with pytest.raises(ValueError, match=r"key must have 4 dimensions"):

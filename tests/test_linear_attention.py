@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from attention_inputs import input_grads, random_qkv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -16,14 +17,6 @@ from attention.efficient.linear import (
     linear_attention,
     linear_attention_step,
 )
-
-
-def _qkv(b, h, lq, lk, e, ev, *, dtype=torch.float64, seed=0, requires_grad=False):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, h, lq, e, generator=g, dtype=dtype)
-    k = torch.randn(b, h, lk, e, generator=g, dtype=dtype)
-    v = torch.randn(b, h, lk, ev, generator=g, dtype=dtype)
-    return tuple(t.requires_grad_(requires_grad) for t in (q, k, v))
 
 
 def _phi(x):
@@ -39,11 +32,6 @@ def quadratic_linear_attention(q, k, v, causal=False, eps=1e-6):
         lq, lk = weights.shape[-2:]
         weights = weights * torch.ones(lq, lk, dtype=torch.float64).tril()
     return (weights @ v) / (weights.sum(dim=-1, keepdim=True) + eps)
-
-
-def _grads(out, inputs, seed=1):
-    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed))
-    return torch.autograd.grad(out, inputs, upstream.to(out.dtype))
 
 
 class _LargestStorage(TorchDispatchMode):
@@ -88,19 +76,19 @@ shapes = st.fixed_dictionaries(
 @given(s=shapes)
 def test_matches_quadratic_formula_forward_and_gradients(s):
     lk = s["lq"] if s["causal"] else s["lk"]
-    q, k, v = _qkv(s["b"], s["h"], s["lq"], lk, s["e"], s["ev"], requires_grad=True)
+    q, k, v = random_qkv(s["b"], s["h"], s["lq"], lk, s["e"], s["ev"], requires_grad=True)
     out = linear_attention(q, k, v, causal=s["causal"], chunk_size=s["chunk_size"])
     ref = quadratic_linear_attention(q, k, v, causal=s["causal"])
     assert out.shape == ref.shape and out.dtype == q.dtype
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
-    for got, want in zip(_grads(out, (q, k, v)), _grads(ref, (q, k, v)), strict=True):
+    for got, want in zip(input_grads(out, (q, k, v)), input_grads(ref, (q, k, v)), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-11)
 
 
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(1, 40), chunk_size=st.sampled_from([1, 4, 6, 16, 64]))
 def test_chunked_causal_equals_step_by_step_recurrence(n, chunk_size):
-    q, k, v = _qkv(2, 3, n, n, 4, 3)
+    q, k, v = random_qkv(2, 3, n, n, 4, 3)
     out, final = linear_attention(q, k, v, causal=True, chunk_size=chunk_size, return_state=True)
     state, steps = None, []
     for t in range(n):
@@ -115,7 +103,7 @@ def test_chunked_causal_equals_step_by_step_recurrence(n, chunk_size):
 def test_prompt_then_generation_continues_the_state():
     """Process a prompt with the chunked form, then generate with steps: the same outputs as
     running the whole sequence causally."""
-    q, k, v = _qkv(1, 2, 13, 13, 4, 4)
+    q, k, v = random_qkv(1, 2, 13, 13, 4, 4)
     full = linear_attention(q, k, v, causal=True, chunk_size=4)
     prompt, state = linear_attention(
         q[:, :, :9], k[:, :, :9], v[:, :, :9], causal=True, chunk_size=4, return_state=True
@@ -128,7 +116,7 @@ def test_prompt_then_generation_continues_the_state():
 
 
 def test_non_causal_state_is_the_sums_over_all_keys():
-    q, k, v = _qkv(2, 2, 5, 7, 3, 4)
+    q, k, v = random_qkv(2, 2, 5, 7, 3, 4)
     _, state = linear_attention(q, k, v, return_state=True)
     torch.testing.assert_close(state.S, _phi(k).transpose(-2, -1) @ v)
     torch.testing.assert_close(state.z, _phi(k).sum(dim=-2))
@@ -136,7 +124,7 @@ def test_non_causal_state_is_the_sums_over_all_keys():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_gradcheck(causal):
-    q, k, v = _qkv(1, 2, 7, 7, 3, 2, requires_grad=True, seed=4)
+    q, k, v = random_qkv(1, 2, 7, 7, 3, 2, requires_grad=True, seed=4)
 
     def f(q, k, v):
         return linear_attention(q, k, v, causal=causal, chunk_size=3)
@@ -145,7 +133,7 @@ def test_gradcheck(causal):
 
 
 def test_step_gradcheck():
-    q, k, v = _qkv(1, 2, 1, 1, 3, 2, requires_grad=True, seed=5)
+    q, k, v = random_qkv(1, 2, 1, 1, 3, 2, requires_grad=True, seed=5)
     s0 = torch.rand(1, 2, 3, 2, dtype=torch.float64, requires_grad=True)
     z0 = torch.rand(1, 2, 3, dtype=torch.float64, requires_grad=True)
 
@@ -159,7 +147,7 @@ def test_step_gradcheck():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])
 def test_half_precision_close_to_float32(dtype, causal):
-    q, k, v = _qkv(1, 2, 150, 150, 16, 16, dtype=torch.float32)
+    q, k, v = random_qkv(1, 2, 150, 150, 16, 16, dtype=torch.float32)
     qh, kh, vh = (t.to(dtype).requires_grad_() for t in (q, k, v))
     out = linear_attention(qh, kh, vh, causal=causal, chunk_size=32)
     assert out.dtype == dtype
@@ -176,7 +164,7 @@ def test_causal_never_holds_a_state_per_position():
     """Chunked causal memory is O(n·C + n·E·Ev/C): no (n, E, Ev) cumulative sum and no n × n
     matrix is ever allocated."""
     n, e, c = 512, 16, 16
-    q, k, v = _qkv(1, 1, n, n, e, e, dtype=torch.float32, requires_grad=True)
+    q, k, v = random_qkv(1, 1, n, n, e, e, dtype=torch.float32, requires_grad=True)
     with _LargestStorage() as rec:
         out = linear_attention(q, k, v, causal=True, chunk_size=c)
         out.sum().backward()
@@ -189,16 +177,16 @@ def test_causal_never_holds_a_state_per_position():
 def test_threaded_path_equals_inline_path(monkeypatch, causal):
     """On a CPU with several threads, large calls split the heads over Python threads (the
     autograd graph is built in those threads); outputs, states and gradients are the same."""
-    q, k, v = _qkv(2, 3, 21, 21, 4, 5, requires_grad=True)
+    q, k, v = random_qkv(2, 3, 21, 21, 4, 5, requires_grad=True)
     kw = dict(causal=causal, chunk_size=4, return_state=True)
     out_inline, state_inline = linear_attention(q, k, v, **kw)
-    grads_inline = _grads(out_inline, (q, k, v))
+    grads_inline = input_grads(out_inline, (q, k, v))
     monkeypatch.setattr(flash_module, "PARALLEL_MIN_WORK", 0)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         out, state = linear_attention(q, k, v, **kw)
-        grads = _grads(out, (q, k, v))
+        grads = input_grads(out, (q, k, v))
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
@@ -210,9 +198,9 @@ def test_threaded_path_equals_inline_path(monkeypatch, causal):
 
 
 def test_empty_sequences():
-    q, k, v = _qkv(1, 2, 0, 0, 3, 4)
+    q, k, v = random_qkv(1, 2, 0, 0, 3, 4)
     assert linear_attention(q, k, v, causal=True).shape == (1, 2, 0, 4)
-    q, k, v = _qkv(1, 2, 3, 0, 3, 4)
+    q, k, v = random_qkv(1, 2, 3, 0, 3, 4)
     assert torch.equal(linear_attention(q, k, v), torch.zeros(1, 2, 3, 4, dtype=q.dtype))
 
 
@@ -228,13 +216,13 @@ def test_empty_sequences():
     ],
 )
 def test_bad_arguments_raise_clear_errors(kwargs, error, match):
-    q, k, v = _qkv(1, 1, 4, 4, 2, 2)
+    q, k, v = random_qkv(1, 1, 4, 4, 2, 2)
     with pytest.raises(error, match=match):
         linear_attention(q, k, v, **kwargs)
 
 
 def test_bad_tensors_raise_clear_errors():
-    q, k, v = _qkv(1, 2, 4, 6, 3, 3)
+    q, k, v = random_qkv(1, 2, 4, 6, 3, 3)
     with pytest.raises(ValueError, match="causal linear attention needs as many queries as keys"):
         linear_attention(q, k, v, causal=True)
     with pytest.raises(ValueError, match="query must have 4 dimensions"):
@@ -246,9 +234,9 @@ def test_bad_tensors_raise_clear_errors():
 
 
 def test_step_bad_inputs_raise_clear_errors():
-    q, k, v = _qkv(1, 2, 1, 1, 3, 4)
+    q, k, v = random_qkv(1, 2, 1, 1, 3, 4)
     with pytest.raises(ValueError, match="takes one position"):
-        linear_attention_step(*_qkv(1, 2, 2, 2, 3, 4))
+        linear_attention_step(*random_qkv(1, 2, 2, 2, 3, 4))
     with pytest.raises(TypeError, match="state must be a LinearAttentionState or None, got tuple"):
         linear_attention_step(q, k, v, (torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3)))
     wrong = LinearAttentionState.zeros(1, 2, 3, 5)

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from attention_inputs import input_grads, random_qkv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -14,21 +15,6 @@ from torch.utils._pytree import tree_flatten
 
 from attention.efficient.probsparse import n_selected, probsparse_attention, sparsity_measure
 from attention.functional import scaled_dot_product_attention
-
-
-def _qkv(b, h, lq, lk, e, ev, dtype=torch.float64, seed=0, requires_grad=False):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, h, lq, e, generator=g, dtype=dtype)
-    k = torch.randn(b, h, lk, e, generator=g, dtype=dtype)
-    v = torch.randn(b, h, lk, ev, generator=g, dtype=dtype)
-    return tuple(t.requires_grad_(requires_grad) for t in (q, k, v))
-
-
-def _grads(out, inputs, seed=1):
-    upstream = torch.randn(
-        out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype
-    )
-    return torch.autograd.grad(out, inputs, upstream)
 
 
 def _reference(q, k, v, index, causal):
@@ -63,7 +49,7 @@ cases = st.fixed_dictionaries(
 @given(c=cases)
 def test_matches_reference_given_selected_queries(c):
     lk = c["lq"] if c["causal"] else c["lk"]
-    q, k, v = _qkv(c["b"], c["h"], c["lq"], lk, c["e"], c["ev"], seed=c["seed"])
+    q, k, v = random_qkv(c["b"], c["h"], c["lq"], lk, c["e"], c["ev"], seed=c["seed"])
     out, index = probsparse_attention(
         q,
         k,
@@ -83,24 +69,24 @@ def test_matches_reference_given_selected_queries(c):
 @given(c=cases)
 def test_gradients_match_reference(c):
     lk = c["lq"] if c["causal"] else c["lk"]
-    q, k, v = _qkv(c["b"], c["h"], c["lq"], lk, c["e"], c["ev"], requires_grad=True)
+    q, k, v = random_qkv(c["b"], c["h"], c["lq"], lk, c["e"], c["ev"], requires_grad=True)
     out, index = probsparse_attention(
         q, k, v, factor=c["factor"], causal=c["causal"], return_index=True
     )
     ref = _reference(q, k, v, index, c["causal"])
-    for got, want in zip(_grads(out, (q, k, v)), _grads(ref, (q, k, v)), strict=True):
+    for got, want in zip(input_grads(out, (q, k, v)), input_grads(ref, (q, k, v)), strict=True):
         torch.testing.assert_close(got, want)
 
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_all_queries_selected_is_dense_attention(causal):
     # Lq = 20: u = 5 * ceil(ln 20) = 15 < 20 with factor 5, but 30 >= 20 with factor 10.
-    q, k, v = _qkv(2, 2, 20, 20, 8, 8, dtype=torch.float32, requires_grad=True)
+    q, k, v = random_qkv(2, 2, 20, 20, 8, 8, dtype=torch.float32, requires_grad=True)
     assert n_selected(20, 10) == 20
     out = probsparse_attention(q, k, v, factor=10, causal=causal)
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     torch.testing.assert_close(out, ref)
-    for got, want in zip(_grads(out, (q, k, v)), _grads(ref, (q, k, v)), strict=True):
+    for got, want in zip(input_grads(out, (q, k, v)), input_grads(ref, (q, k, v)), strict=True):
         torch.testing.assert_close(got, want)
 
 
@@ -108,7 +94,7 @@ def test_selects_the_peaked_queries():
     # Zero queries score every key alike: M = 0. Large random queries have a clear maximum.
     b, h, n, e, factor = 2, 3, 200, 8, 2
     u = n_selected(n, factor)  # 2 * ceil(ln 200) = 12
-    q, k, v = _qkv(b, h, n, n, e, e)
+    q, k, v = random_qkv(b, h, n, n, e, e)
     peaked = torch.stack(
         [torch.randperm(n, generator=torch.Generator().manual_seed(i))[:u] for i in range(b * h)]
     ).view(b, h, u)  # (B, H, u)
@@ -119,7 +105,7 @@ def test_selects_the_peaked_queries():
 
 
 def test_sparsity_measure_is_max_minus_mean_of_sampled_scores():
-    q, k, _ = _qkv(2, 2, 7, 9, 4, 4)
+    q, k, _ = random_qkv(2, 2, 7, 9, 4, 4)
     sample = torch.tensor([8, 0, 3, 5])
     got = sparsity_measure(q, k, sample, scale=0.5)
     want = torch.empty(2, 2, 7, dtype=torch.float64)
@@ -132,7 +118,7 @@ def test_sparsity_measure_is_max_minus_mean_of_sampled_scores():
 
 
 def test_sparsity_measure_on_every_key_is_informer_eq4():
-    q, k, _ = _qkv(2, 3, 11, 13, 5, 5)
+    q, k, _ = random_qkv(2, 3, 11, 13, 5, 5)
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(5)  # (B, H, Lq, Lk)
     want = scores.max(dim=-1).values - scores.mean(dim=-1)
     got = sparsity_measure(q, k, torch.randperm(13), scale=1 / math.sqrt(5))
@@ -147,7 +133,7 @@ def test_n_selected_follows_informer():
 
 
 def test_seeded_and_reproducible():
-    q, k, v = _qkv(1, 4, 300, 300, 8, 8)
+    q, k, v = random_qkv(1, 4, 300, 300, 8, 8)
     runs = [
         probsparse_attention(
             q, k, v, factor=1, generator=torch.Generator().manual_seed(s), return_index=True
@@ -163,7 +149,7 @@ def test_seeded_and_reproducible():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_close_to_float32(dtype):
-    q, k, v = _qkv(2, 2, 40, 40, 16, 16, dtype=torch.float32)
+    q, k, v = random_qkv(2, 2, 40, 40, 16, 16, dtype=torch.float32)
     ref, index = probsparse_attention(q, k, v, factor=2, causal=True, return_index=True)
     out, index_h = probsparse_attention(
         q.to(dtype), k.to(dtype), v.to(dtype), factor=2, causal=True, return_index=True
@@ -189,7 +175,7 @@ def test_never_allocates_an_l_by_l_tensor():
             return out
 
     e = 4
-    q, k, v = _qkv(1, 1, n, n, e, e, dtype=torch.float32, requires_grad=True)
+    q, k, v = random_qkv(1, 1, n, n, e, e, dtype=torch.float32, requires_grad=True)
     with Largest():
         probsparse_attention(q, k, v, causal=True).sum().backward()
     # The largest tensors: the sampled scores (L, U) and the u selected score rows (u, L).
@@ -207,7 +193,7 @@ def test_never_allocates_an_l_by_l_tensor():
     ],
 )
 def test_bad_arguments_raise_clear_errors(kwargs, shapes, error, match):
-    q, k, v = _qkv(1, 2, shapes[0], shapes[1], 4, 4)
+    q, k, v = random_qkv(1, 2, shapes[0], shapes[1], 4, 4)
     with pytest.raises(error, match=match):
         probsparse_attention(q, k, v, **kwargs)
 
@@ -224,6 +210,6 @@ def test_bad_arguments_raise_clear_errors(kwargs, shapes, error, match):
     ],
 )
 def test_bad_sample_index_raises(sample, error):
-    q, k, _ = _qkv(1, 1, 5, 5, 4, 4)
+    q, k, _ = random_qkv(1, 1, 5, 5, 4, 4)
     with pytest.raises(error, match="sample_index"):
         sparsity_measure(q, k, sample, scale=1.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from attention_inputs import input_grads, random_qkv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -15,25 +16,10 @@ from attention.functional import naive_attention_float64, scaled_dot_product_att
 from attention.masks import sliding_window_mask
 
 
-def _qkv(b, h, lq, lk, e, ev, dtype=torch.float64, seed=0, requires_grad=False):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, h, lq, e, generator=g, dtype=dtype)
-    k = torch.randn(b, h, lk, e, generator=g, dtype=dtype)
-    v = torch.randn(b, h, lk, ev, generator=g, dtype=dtype)
-    return tuple(t.requires_grad_(requires_grad) for t in (q, k, v))
-
-
 def _global_mask(g_pos, n):
     is_global = torch.zeros(n, dtype=torch.bool)
     is_global[g_pos] = True
     return is_global[:, None] | is_global[None, :]  # (L, L): global rows and global columns
-
-
-def _grads(out, inputs, seed=1):
-    upstream = torch.randn(
-        out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype
-    )
-    return torch.autograd.grad(out, inputs, upstream)
 
 
 class _LargestStorage(TorchDispatchMode):
@@ -70,7 +56,7 @@ shapes = st.fixed_dictionaries(
 @given(s=shapes, square=st.booleans())
 def test_matches_dense_band_mask(s, square):
     lk = s["lq"] if square else s["lk"]
-    q, k, v = _qkv(s["b"], s["h"], s["lq"], lk, s["e"], s["ev"])
+    q, k, v = random_qkv(s["b"], s["h"], s["lq"], lk, s["e"], s["ev"])
     out = sliding_window_attention(
         q, k, v, left=s["left"], right=s["right"], block_size=s["block_size"]
     )
@@ -83,13 +69,13 @@ def test_matches_dense_band_mask(s, square):
 @settings(max_examples=25, deadline=None)
 @given(s=shapes)
 def test_gradients_match_dense(s):
-    q, k, v = _qkv(s["b"], s["h"], s["lq"], s["lk"], s["e"], s["ev"], requires_grad=True)
+    q, k, v = random_qkv(s["b"], s["h"], s["lq"], s["lk"], s["e"], s["ev"], requires_grad=True)
     out = sliding_window_attention(
         q, k, v, left=s["left"], right=s["right"], block_size=s["block_size"]
     )
     mask = sliding_window_mask(s["lq"], s["lk"], left=s["left"], right=s["right"])
     ref = scaled_dot_product_attention(q, k, v, mask)
-    for got, want in zip(_grads(out, (q, k, v)), _grads(ref, (q, k, v)), strict=True):
+    for got, want in zip(input_grads(out, (q, k, v)), input_grads(ref, (q, k, v)), strict=True):
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got, want)
 
@@ -103,7 +89,7 @@ def test_gradients_match_dense(s):
 def test_global_tokens_match_dense(s, data, as_bool):
     n = s["lq"]
     positions = data.draw(st.lists(st.integers(0, n - 1), max_size=5))  # duplicates allowed
-    q, k, v = _qkv(s["b"], s["h"], n, n, s["e"], s["ev"], requires_grad=True)
+    q, k, v = random_qkv(s["b"], s["h"], n, n, s["e"], s["ev"], requires_grad=True)
     g = torch.tensor(positions, dtype=torch.long)
     if as_bool:
         g = torch.zeros(n, dtype=torch.bool).index_fill(0, g, True)
@@ -114,7 +100,7 @@ def test_global_tokens_match_dense(s, data, as_bool):
     mask = band | _global_mask(positions, n) if positions else band
     ref = scaled_dot_product_attention(q, k, v, mask)
     torch.testing.assert_close(out, ref)
-    for got, want in zip(_grads(out, (q, k, v)), _grads(ref, (q, k, v)), strict=True):
+    for got, want in zip(input_grads(out, (q, k, v)), input_grads(ref, (q, k, v)), strict=True):
         torch.testing.assert_close(got, want)
 
 
@@ -126,7 +112,7 @@ def test_query_block_groups_match_dense(s, tile, with_globals):
     from attention.efficient import sliding_window as sw
 
     n = s["lq"]
-    q, k, v = _qkv(s["b"], s["h"], n, n, s["e"], s["ev"], requires_grad=True)
+    q, k, v = random_qkv(s["b"], s["h"], n, n, s["e"], s["ev"], requires_grad=True)
     g_pos = torch.tensor([0, n // 2]).unique() if with_globals else None
     allowed = sliding_window_mask(n, n, left=s["left"], right=s["right"])
     if g_pos is not None:
@@ -142,47 +128,47 @@ def test_query_block_groups_match_dense(s, tile, with_globals):
         sw.SCORE_TILE_ELEMENTS = old
     ref = scaled_dot_product_attention(q, k, v, allowed)
     torch.testing.assert_close(out, ref)
-    for got, want in zip(_grads(out, (q, k, v)), _grads(ref, (q, k, v)), strict=True):
+    for got, want in zip(input_grads(out, (q, k, v)), input_grads(ref, (q, k, v)), strict=True):
         torch.testing.assert_close(got, want)
 
 
 def test_global_key_inside_band_counts_once():
     # Key 2 is global and in every query's band: a double count would change the weights.
-    q, k, v = _qkv(1, 1, 6, 6, 3, 2)
+    q, k, v = random_qkv(1, 1, 6, 6, 3, 2)
     g = torch.tensor([2, 2])
     out = sliding_window_attention(q, k, v, left=5, right=5, global_tokens=g)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
 
 
 def test_causal_window_wider_than_sequence_is_causal_attention():
-    q, k, v = _qkv(2, 2, 23, 23, 8, 8, dtype=torch.float32)
+    q, k, v = random_qkv(2, 2, 23, 23, 8, 8, dtype=torch.float32)
     out = sliding_window_attention(q, k, v, left=1000, right=0, block_size=5)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
 
 
 def test_zero_window_sees_only_itself():
-    q, k, v = _qkv(2, 3, 11, 11, 4, 5)
+    q, k, v = random_qkv(2, 3, 11, 11, 4, 5)
     out = sliding_window_attention(q, k, v, left=0, right=0, block_size=4)
     torch.testing.assert_close(out, v)
 
 
 def test_fully_masked_rows_are_zero_with_finite_gradients():
     # Queries 7.. have no key in their window when Lk = 5 and left = 2: zeros, not NaN.
-    q, k, v = _qkv(1, 2, 12, 5, 4, 3, requires_grad=True)
+    q, k, v = random_qkv(1, 2, 12, 5, 4, 3, requires_grad=True)
     out = sliding_window_attention(q, k, v, left=2, right=1, block_size=5)
     assert torch.equal(out[:, :, 7:], torch.zeros_like(out[:, :, 7:]))
     assert torch.isfinite(out).all()
-    grads = _grads(out, (q, k, v))
+    grads = input_grads(out, (q, k, v))
     assert all(torch.isfinite(g).all() for g in grads)
     mask = sliding_window_mask(12, 5, left=2, right=1)
     ref = scaled_dot_product_attention(q, k, v, mask)
-    for got, want in zip(grads, _grads(ref, (q, k, v)), strict=True):
+    for got, want in zip(grads, input_grads(ref, (q, k, v)), strict=True):
         torch.testing.assert_close(got, want)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_close_to_float32(dtype):
-    q, k, v = _qkv(2, 2, 37, 37, 16, 16, dtype=torch.float32)
+    q, k, v = random_qkv(2, 2, 37, 37, 16, 16, dtype=torch.float32)
     ref = sliding_window_attention(q, k, v, left=6, right=3)
     out = sliding_window_attention(q.to(dtype), k.to(dtype), v.to(dtype), left=6, right=3)
     assert out.dtype == dtype
@@ -191,7 +177,7 @@ def test_half_precision_close_to_float32(dtype):
 
 def test_never_allocates_an_n_by_n_tensor():
     n, left, right = 2**15, 8, 8
-    q, k, v = _qkv(1, 1, n, n, 4, 4, dtype=torch.float32, requires_grad=True)
+    q, k, v = random_qkv(1, 1, n, n, 4, 4, dtype=torch.float32, requires_grad=True)
     g = torch.tensor([0, 5, n - 1])
     with _LargestStorage() as probe:
         out = sliding_window_attention(q, k, v, left=left, right=right, global_tokens=g)
@@ -219,13 +205,13 @@ def test_never_allocates_an_n_by_n_tensor():
     ],
 )
 def test_bad_arguments_raise_clear_errors(kwargs, error, match):
-    q, k, v = _qkv(1, 2, 9, 9, 4, 4)
+    q, k, v = random_qkv(1, 2, 9, 9, 4, 4)
     with pytest.raises(error, match=match):
         sliding_window_attention(q, k, v, **kwargs)
 
 
 def test_bad_tensors_raise_clear_errors():
-    q, k, v = _qkv(1, 2, 9, 9, 4, 4)
+    q, k, v = random_qkv(1, 2, 9, 9, 4, 4)
     with pytest.raises(ValueError, match="key"):
         sliding_window_attention(q, k[..., :3], v, left=1, right=1)
     with pytest.raises(TypeError, match="query"):
@@ -236,6 +222,6 @@ def test_bad_tensors_raise_clear_errors():
 
 @pytest.mark.parametrize(("lq", "lk"), [(0, 5), (4, 0), (0, 0)])
 def test_empty_sequences_behave_like_torch(lq, lk):
-    q, k, v = _qkv(1, 2, lq, lk, 4, 3)
+    q, k, v = random_qkv(1, 2, lq, lk, 4, 3)
     out = sliding_window_attention(q, k, v, left=2, right=1)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))  # zeros or empty

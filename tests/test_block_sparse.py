@@ -5,33 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 from attention_inputs import input_grads, random_qkv
+from cost_probe import AllocationProbe
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from attention.efficient.block_sparse import bigbird_layout, block_sparse_attention
 from attention.functional import naive_attention_float64, scaled_dot_product_attention
 from attention.masks import block_layout_to_mask
-
-
-class _OpRecorder(TorchDispatchMode):
-    """Records the largest storage (bytes) any aten op returns, and every bmm output's size."""
-
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-        self.bmm_numels = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func is torch.ops.aten.bmm.default:
-            self.bmm_numels.append(out.numel())
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.untyped_storage().nbytes())
-        return out
-
 
 cases = st.fixed_dictionaries(
     {
@@ -122,7 +102,7 @@ def test_cost_is_proportional_to_active_blocks():
     q, k, v = random_qkv(b, h, n, n, 4, ev, dtype=torch.float32)
     layout = bigbird_layout(n // bs, window=1, n_global=1, n_random=2)
     active, rows = int(layout.sum()), int(layout.any(-1).sum())
-    with _OpRecorder() as probe:
+    with AllocationProbe() as probe:
         block_sparse_attention(q, k, v, layout, bs)
     # The products computed are exactly the active score blocks plus one output block per row.
     assert sum(probe.bmm_numels) == b * h * (active * bs * bs + rows * bs * ev)

@@ -7,10 +7,9 @@ import math
 import pytest
 import torch
 from attention_inputs import input_grads, random_qkv
+from cost_probe import AllocationProbe
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 import attention.efficient.flash as flash_module
 from attention.efficient.flash import chunked_attention, flash_attention
@@ -28,23 +27,6 @@ def _dense_lse(q, k, causal, alignment):
         allowed = causal_mask(q.shape[-2], k.shape[-2], alignment=alignment)
         scores = scores.masked_fill(~allowed, float("-inf"))
     return torch.logsumexp(scores, dim=-1)  # (B, H, Lq); -inf for an empty row
-
-
-class _Recorder(TorchDispatchMode):
-    """Records every aten op called and the largest storage (bytes) any op returns."""
-
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-        self.calls = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        self.calls.append(func.overloadpacket.__name__)
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.untyped_storage().nbytes())
-        return out
 
 
 shapes = st.fixed_dictionaries(
@@ -119,7 +101,7 @@ def test_uses_the_custom_backward_and_saves_only_linear_tensors():
         saved.append(t.numel())
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _Recorder() as rec:
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), AllocationProbe() as rec:
         out = flash_attention(q, k, v, block_q=32, block_k=32)
         out.backward(torch.ones_like(out))
     node = out.grad_fn.next_functions[0][0]  # out = Function output viewed as (B, H, L, Ev)
@@ -134,12 +116,12 @@ def test_causal_skips_future_tiles_and_masks_only_the_diagonal():
     """With Lq = Lk = 4 blocks: 10 of the 16 tiles are computed (one matmul pair each) and
     only the 4 diagonal tiles are masked, in the forward; the backward likewise."""
     q, k, v = random_qkv(1, 1, 32, 32, 4, 4, dtype=torch.float32, requires_grad=True)
-    with _Recorder() as rec:
+    with AllocationProbe() as rec:
         out = flash_attention(q, k, v, causal=True, block_q=8, block_k=8)
     matmuls = sum(c in ("bmm", "baddbmm", "baddbmm_") for c in rec.calls)
     assert matmuls == 2 * 10
     assert rec.calls.count("masked_fill_") == 4
-    with _Recorder() as rec:
+    with AllocationProbe() as rec:
         out.backward(torch.ones_like(out))
     # per tile: recompute S, dV, dP, dQ, dK
     assert sum(c in ("bmm", "baddbmm", "baddbmm_") for c in rec.calls) == 5 * 10
@@ -247,7 +229,7 @@ def test_dispatch_modes_see_every_op(monkeypatch):
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        with _Recorder() as rec:
+        with AllocationProbe() as rec:
             flash_attention(q, k, v, block_q=8, block_k=8)
     finally:
         torch.set_num_threads(before)

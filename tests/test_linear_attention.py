@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 from attention_inputs import input_grads, random_qkv
+from cost_probe import AllocationProbe
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 import attention.efficient.flash as flash_module
 from attention.efficient.linear import (
@@ -32,19 +31,6 @@ def quadratic_linear_attention(q, k, v, causal=False, eps=1e-6):
         lq, lk = weights.shape[-2:]
         weights = weights * torch.ones(lq, lk, dtype=torch.float64).tril()
     return (weights @ v) / (weights.sum(dim=-1, keepdim=True) + eps)
-
-
-class _LargestStorage(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.untyped_storage().nbytes())
-        return out
 
 
 def test_elu_feature_map_is_elu_plus_one_and_positive():
@@ -165,7 +151,7 @@ def test_causal_never_holds_a_state_per_position():
     matrix is ever allocated."""
     n, e, c = 512, 16, 16
     q, k, v = random_qkv(1, 1, n, n, e, e, dtype=torch.float32, requires_grad=True)
-    with _LargestStorage() as rec:
+    with AllocationProbe() as rec:
         out = linear_attention(q, k, v, causal=True, chunk_size=c)
         out.sum().backward()
     per_position_states = n * e * e * 4

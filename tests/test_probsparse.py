@@ -8,10 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from attention_inputs import input_grads, random_qkv
+from cost_probe import AllocationProbe
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from attention.efficient.probsparse import n_selected, probsparse_attention, sparsity_measure
 from attention.functional import scaled_dot_product_attention
@@ -164,24 +163,14 @@ def test_half_precision_close_to_float32(dtype):
 def test_never_allocates_an_l_by_l_tensor():
     n = 2**14  # one n × n float32 tensor: 1 GiB
 
-    class Largest(TorchDispatchMode):
-        largest = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor):
-                    Largest.largest = max(Largest.largest, t.untyped_storage().nbytes())
-            return out
-
     e = 4
     q, k, v = random_qkv(1, 1, n, n, e, e, dtype=torch.float32, requires_grad=True)
-    with Largest():
+    with AllocationProbe() as probe:
         probsparse_attention(q, k, v, causal=True).sum().backward()
     # The largest tensors: the sampled scores (L, U) and the u selected score rows (u, L).
     n_samples = n_top = n_selected(n, 5)
-    assert Largest.largest <= 4 * n * max(n_samples, n_top, e)
-    assert Largest.largest < 4 * n * n // 100
+    assert probe.largest <= 4 * n * max(n_samples, n_top, e)
+    assert probe.largest < 4 * n * n // 100
 
 
 @pytest.mark.parametrize(

@@ -6,10 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from attention_inputs import input_grads, random_qkv
+from cost_probe import AllocationProbe
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from attention.efficient.sliding_window import sliding_window_attention
 from attention.functional import naive_attention_float64, scaled_dot_product_attention
@@ -20,21 +19,6 @@ def _global_mask(g_pos, n):
     is_global = torch.zeros(n, dtype=torch.bool)
     is_global[g_pos] = True
     return is_global[:, None] | is_global[None, :]  # (L, L): global rows and global columns
-
-
-class _LargestStorage(TorchDispatchMode):
-    """Records the largest storage (bytes) any aten op returns while active."""
-
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.untyped_storage().nbytes())
-        return out
 
 
 shapes = st.fixed_dictionaries(
@@ -179,7 +163,7 @@ def test_never_allocates_an_n_by_n_tensor():
     n, left, right = 2**15, 8, 8
     q, k, v = random_qkv(1, 1, n, n, 4, 4, dtype=torch.float32, requires_grad=True)
     g = torch.tensor([0, 5, n - 1])
-    with _LargestStorage() as probe:
+    with AllocationProbe() as probe:
         out = sliding_window_attention(q, k, v, left=left, right=right, global_tokens=g)
         out.sum().backward()
     # The largest tensors are the (n, block + left + right) score strips: a few MB, while a

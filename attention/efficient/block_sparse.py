@@ -83,6 +83,14 @@ def _check_layout(layout: object, n_heads: int, n_q_blocks: int, n_k_blocks: int
     return layout
 
 
+def _gather_blocks(blocks: Tensor, index: Tensor, sizes: list[int], together: bool):
+    """``blocks[:, :, index]`` in consecutive pieces of ``sizes`` along axis 2: one gather then
+    views of it (``together``), or one gather per piece, made when the piece is reached."""
+    if together:
+        return blocks[:, :, index].split(sizes, dim=2)
+    return (blocks[:, :, piece] for piece in index.split(sizes))
+
+
 def block_sparse_attention(
     query: Tensor,
     key: Tensor,
@@ -147,32 +155,44 @@ def block_sparse_attention(
         key_offset = torch.zeros(n_qb, dtype=torch.long, device=q.device)  # (Nq,)
 
     counts = row_layout.sum(-1)  # (R,) active key blocks per query-block row
-    in_block = torch.arange(bs, device=q.device)  # (bs,)
-    done_rows, outs = [], []
+    # The plan: rows of one count in chunks of about _CHUNK_SCORES scores, so the softmax passes
+    # stay in cache (about 2x faster on CPU than one huge chunk) and, without autograd, memory
+    # stays bounded.
+    plan = []  # (rows (r,), their active key blocks (r, c)) per chunk
     for count in counts.unique().tolist():
-        # Rows of one count in chunks of about _CHUNK_SCORES scores: the softmax passes stay in
-        # cache (about 2x faster on CPU than one huge chunk), and without autograd the memory
-        # is bounded.
         per_row = q_rows.shape[0] * q_rows.shape[1] * bs * bs * max(count, 1)
         step = max(1, _CHUNK_SCORES // per_row)
         for rows in (counts == count).nonzero().flatten().split(step):  # (r,)
             cols = row_layout[rows].nonzero()[:, 1].view(len(rows), count)  # (r, c), row-major
-            gather = cols + key_offset[rows, None]  # (r, c) indices into the key-block axis
-            q_sel = q_rows[:, :, rows]  # (B, G, r, bs, E)
-            k_sel = k_rows[:, :, gather].flatten(3, 4)  # (B, G, r, c*bs, E)
-            v_sel = v_rows[:, :, gather].flatten(3, 4)  # (B, G, r, c*bs, Ev)
-            scores = q_sel @ k_sel.transpose(-2, -1)  # (B, G, r, bs, c*bs)
-            if lk % bs:
-                # The last key block is partial: its padding positions must get no weight.
-                key_pos = (cols[:, :, None] * bs + in_block).flatten(1)  # (r, c*bs)
-                scores = scores.masked_fill_((key_pos >= lk)[:, None, :], float("-inf"))
-            # A row with no active block has no key: its (empty) weights give zeros, as dense
-            # attention gives a fully masked row (softmax over nothing is skipped).
-            weights = safe_softmax(scores, dim=-1) if count else scores  # (B, G, r, bs, c*bs)
-            outs.append(weights @ v_sel)  # (B, G, r, bs, Ev)
-            done_rows.append(rows)
+            plan.append((rows, cols))
+    all_rows = torch.cat([rows for rows, _ in plan])  # (R,) every row once, chunk by chunk
+    all_keys = torch.cat([(cols + key_offset[rows, None]).flatten() for rows, cols in plan])
+    # With autograd, gather every chunk's rows and key blocks in one indexing each, then split:
+    # the backward of `x[:, :, index]` scatters into a zero tensor the size of x, so one gather
+    # per chunk would make the backward O(chunks * n) = O(n^2). Without autograd, gather chunk
+    # by chunk and hold only one chunk's copy at a time.
+    together = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    q_chunks = _gather_blocks(q_rows, all_rows, [len(rows) for rows, _ in plan], together)
+    key_sizes = [cols.numel() for _, cols in plan]
+    k_chunks = _gather_blocks(k_rows, all_keys, key_sizes, together)
+    v_chunks = _gather_blocks(v_rows, all_keys, key_sizes, together)
+    in_block = torch.arange(bs, device=q.device)  # (bs,)
+    outs = []
+    for (_, cols), q_sel, k_sel, v_sel in zip(plan, q_chunks, k_chunks, v_chunks, strict=True):
+        r, count = cols.shape
+        k_sel = k_sel.reshape(*k_sel.shape[:2], r, count * bs, e)  # (B, G, r, c*bs, E)
+        v_sel = v_sel.reshape(*v_sel.shape[:2], r, count * bs, v.shape[-1])  # (B, G, r, c*bs, Ev)
+        scores = q_sel @ k_sel.transpose(-2, -1)  # (B, G, r, bs, c*bs)
+        if lk % bs:
+            # The last key block is partial: its padding positions must get no weight.
+            key_pos = (cols[:, :, None] * bs + in_block).flatten(1)  # (r, c*bs)
+            scores = scores.masked_fill_((key_pos >= lk)[:, None, :], float("-inf"))
+        # A row with no active block has no key: its (empty) weights give zeros, as dense
+        # attention gives a fully masked row (softmax over nothing is skipped).
+        weights = safe_softmax(scores, dim=-1) if count else scores  # (B, G, r, bs, c*bs)
+        outs.append(weights @ v_sel)  # (B, G, r, bs, Ev)
     # Every row was done exactly once, bucket by bucket: put them back in order.
-    order = torch.cat(done_rows).argsort()  # (R,)
+    order = all_rows.argsort()  # (R,)
     out = torch.cat(outs, dim=2)[:, :, order]  # (B, G, R, bs, Ev)
     out = out.reshape(b, h, n_qb * bs, -1)[:, :, :lq]  # (B, H, Lq, Ev)
     return out.to(out_dtype)

@@ -193,23 +193,31 @@ def sliding_window_attention(
     # in groups whose score tile stays cache-sized: one head's whole (nb, bq, W) scores grow
     # with n, and once they outgrow the cache every softmax pass streams from memory, so the
     # time per token rose with n (t(2n)/t(n) of 2.6 at n = 8192 before this grouping).
+    # The pieces come from unbind and split, never from indexing: autograd's backward of
+    # `x[i]` or `x[a:b]` writes the piece's gradient into a zero tensor as large as all of x,
+    # and with one piece per group that made the backward O(n^2) (unbind/split have one
+    # backward node that assembles every piece's gradient at once).
     n_groups = -(-n_blocks * bq * width // SCORE_TILE_ELEMENTS)  # ceil
     group = -(-n_blocks // n_groups)  # query blocks per group, groups of equal size
+    blocked_groups = blocked.split(group)  # (<=group, bq, W) each
+    q_heads, k_heads, v_heads = (t.flatten(0, 1).unbind(0) for t in (q_blocks, k_strips, v_strips))
+    globs = [None] * (b * h)
+    if g_pos is not None:
+        k_glob, v_glob = (t.flatten(0, 1).unbind(0) for t in (k_glob, v_glob))  # (G, E), (G, Ev)
+        globs = list(zip(k_glob, v_glob, strict=True))
     heads = []
-    for bi in range(b):
-        for hi in range(h):
-            glob = None if g_pos is None else (k_glob[bi, hi], v_glob[bi, hi])
-            parts = [
-                _attend_strips(
-                    q_blocks[bi, hi, s : s + group],
-                    k_strips[bi, hi, s : s + group],
-                    v_strips[bi, hi, s : s + group],
-                    blocked[s : s + group],
-                    glob,
-                )  # (<=group, bq, Ev)
-                for s in range(0, n_blocks, group)
-            ]
-            heads.append(torch.cat(parts) if len(parts) > 1 else parts[0])  # (nb, bq, Ev)
+    for q_head, k_head, v_head, glob in zip(q_heads, k_heads, v_heads, globs, strict=True):
+        parts = [
+            _attend_strips(q_g, k_g, v_g, blocked_g, glob)  # (<=group, bq, Ev)
+            for q_g, k_g, v_g, blocked_g in zip(
+                q_head.split(group),
+                k_head.split(group),
+                v_head.split(group),
+                blocked_groups,
+                strict=True,
+            )
+        ]
+        heads.append(torch.cat(parts) if len(parts) > 1 else parts[0])  # (nb, bq, Ev)
     out = torch.stack(heads)  # (B*H, nb, bq, Ev)
     out = out.view(b, h, n_blocks * bq, -1)[:, :, :lq]  # (B, H, Lq, Ev)
 

@@ -26,7 +26,7 @@ from attention.bench.flops import (
     pair_flops,
 )
 from attention.bench.memory import PeakMemory, peak_extra_bytes
-from attention.bench.methods import CASES, METHODS, MODES, QUICK, REFERENCE
+from attention.bench.methods import CASES, GROWTH_COSTS, METHODS, MODES, QUICK, REFERENCE
 from attention.bench.report import evaluate_targets, format_markdown, memory_slope, write_plot
 from attention.bench.runner import SCHEMA, paired_ratio, time_group
 from attention.functional import scaled_dot_product_attention
@@ -101,6 +101,13 @@ def test_quick_json_schema(quick_run):
         seen.add((r["method"], r["mode"], r["n"]))
     # Every available method ran at every quick length, in both modes.
     assert seen == {(m, mode, n) for m in ran for mode in MODES for n in QUICK.lengths}
+    # Paired growth: every sub-quadratic method, every doubling within the lengths, both modes.
+    growth_methods = {m.name for m in METHODS if m.cost in GROWTH_COSTS} & ran
+    expected = {(m, mode, n) for m in growth_methods for mode in MODES for n in QUICK.lengths[:-1]}
+    assert {(g["method"], g["mode"], g["n"]) for g in results["growth"]} == expected
+    for g in results["growth"]:
+        assert len(g["times_n_s"]) == len(g["times_2n_s"]) >= QUICK.min_repeats
+        assert g["growth"] == paired_ratio(g["times_2n_s"], g["times_n_s"])
     ids = [t["id"] for t in results["targets"]]
     assert len(ids) == 9 and len(set(ids)) == 9
     assert all(t["status"] in ("PASS", "MISS", "SKIP") for t in results["targets"])
@@ -118,6 +125,8 @@ def test_markdown_cli_renders_the_results(quick_run):
     )
     assert proc.returncode == 0, proc.stderr
     assert "| method | n=64 | n=128 | n=256 |" in proc.stdout
+    assert "| method | n=64->128 | n=128->256 |" in proc.stdout
+    assert "| sliding window, forward+backward |" in proc.stdout
     assert proc.stdout.count("| target |") == 1
 
 
@@ -256,7 +265,7 @@ def test_paired_ratio_is_the_median_of_per_round_ratios():
 def test_time_group_interleaves_rounds_in_rotated_order():
     order = []
     calls = {name: (lambda name=name: order.append(name)) for name in "abc"}
-    inputs = tuple(torch.zeros(1) for _ in range(4))
+    inputs = dict.fromkeys(calls, tuple(torch.zeros(1) for _ in range(4)))
     times, errors = time_group(
         calls, inputs, warmup=True, min_repeats=3, max_repeats=3, budget_s=0.0
     )
@@ -301,6 +310,26 @@ def test_targets_pass_miss_and_skip():
     assert targets["flash_forward_backward"]["status"] == "PASS"  # 1.6 <= 1.7
     assert targets["flash_memory_slope_forward_backward"]["value"] == pytest.approx(2.0)
     assert targets["flash_memory_slope_forward_backward"]["status"] == "MISS"
+
+
+def test_sliding_window_scaling_target_takes_the_worst_paired_forward_doubling():
+    results = _synthetic_results(1.2, {2048: 1, 4096: 2})
+    results["growth"] = [
+        {"method": "sliding_window", "mode": "forward", "n": 1024, "growth": 2.1},
+        {"method": "sliding_window", "mode": "forward", "n": 2048, "growth": 2.25},
+        {"method": "sliding_window", "mode": "forward_backward", "n": 2048, "growth": 3.9},
+        {"method": "linear", "mode": "forward", "n": 2048, "growth": 9.0},  # another method
+    ]
+    targets = {t["id"]: t for t in evaluate_targets(results)}
+    forward = targets["sliding_window_scaling"]
+    assert (forward["value"], forward["status"]) == (2.25, "PASS")
+    assert "n=1024->2048: 2.10, n=2048->4096: 2.25" in forward["detail"]
+    results["growth"][1]["growth"] = 2.4
+    targets = {t["id"]: t for t in evaluate_targets(results)}
+    assert targets["sliding_window_scaling"]["status"] == "MISS"
+    del results["growth"]  # a results file without growth records: not measured
+    targets = {t["id"]: t for t in evaluate_targets(results)}
+    assert targets["sliding_window_scaling"]["status"] == "SKIP"
 
 
 def test_memory_slope_needs_both_lengths():

@@ -37,6 +37,8 @@ AttnFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 MODES = ("forward", "forward_backward")
 CASES = ("full", "causal", "band", "bigbird")
+# Cost classes whose methods also get a paired growth measurement t(2n)/t(n) per doubling.
+GROWTH_COSTS = ("subquadratic",)
 REFERENCE = {
     "full": "sdpa",
     "causal": "sdpa_causal",
@@ -61,6 +63,7 @@ class BenchConfig:
     min_repeats: int = 3
     max_repeats: int = 15
     budget_s: float = 3.0  # timed rounds of one (case, n, mode) stop after this, >= min_repeats
+    growth_budget_s: float = 2.0  # the same for one paired t(2n)/t(n) of a sub-quadratic method
     warmup_max_n: int = 2048  # one untimed warm-up round at lengths up to this
     collect_garbage: bool = True  # gc.collect() before each (case, n, mode)'s rounds
     matmul_size: int = 2048
@@ -115,6 +118,7 @@ QUICK = BenchConfig(
     min_repeats=2,
     max_repeats=3,
     budget_s=0.05,
+    growth_budget_s=0.02,
     warmup_max_n=0,
     collect_garbage=False,
     matmul_size=256,

@@ -71,6 +71,15 @@ def memory_slope(idx, method, mode, n_small, n_large) -> float | None:
     return math.log(b["peak_extra_bytes"] / a["peak_extra_bytes"]) / math.log(n_large / n_small)
 
 
+def _growth_of(results: dict, method: str, mode: str) -> dict[int, float]:
+    """n -> paired t(2n)/t(n) of ``method`` in ``mode``, from the run's growth records."""
+    return {
+        g["n"]: g["growth"]
+        for g in results.get("growth", [])
+        if g["method"] == method and g["mode"] == mode
+    }
+
+
 def evaluate_targets(results: dict) -> list[dict]:
     """The issue's targets, judged on ``results`` (medians of paired ratios, one run)."""
     idx = _index(results)
@@ -115,15 +124,10 @@ def evaluate_targets(results: dict) -> list[dict]:
         f"sliding window (w={cfg['window']}) forward speed-up over dense band-masked, n={n_t}",
         speedup, 8.0, ">=", "" if speedup is None else "median of paired t_dense / t_window",
         missing=absent))  # fmt: skip
-    growth = {}
-    for n in lengths:
-        a = idx.get(("sliding_window", "forward", n))
-        b = idx.get(("sliding_window", "forward", 2 * n))
-        if a is not None and b is not None:
-            growth[n] = b["median_s"] / a["median_s"]
+    growth = _growth_of(results, "sliding_window", "forward")
     detail = ", ".join(f"n={n}->{2 * n}: {g:.2f}" for n, g in growth.items())
     targets.append(_target(
-        "sliding_window_scaling", "sliding window forward t(2n)/t(n), worst doubling",
+        "sliding_window_scaling", "sliding window forward t(2n)/t(n) (paired), worst doubling",
         max(growth.values()) if growth else None, 2.3, "<=", detail, missing=absent))  # fmt: skip
     rec = idx.get(("linear_causal", "forward", n_t))
     value = None if rec is None else rec["ratio_to_reference"]
@@ -181,38 +185,59 @@ def _fraction_cell(r: dict) -> str:
 
 
 def _sections(results: dict):
-    """(title, rows) of every table: per mode, time per case, then memory and rate fraction."""
+    """(title, column headers, rows) of every table: per mode, time per case, then memory and
+    rate fraction; last, the paired growth per doubling."""
     all_methods = list(results["methods"])
+    headers = [f"n={n}" for n in results["config"]["lengths"]]
     for mode in MODES:
         m_title = MODE_TITLES[mode]
         for case in CASES:
             reference = _label(results, _case_methods(results, case)[0])
             yield (
                 f"{m_title}, {CASE_TITLES[case]}: median time in ms (paired ratio to {reference})",
+                headers,
                 _grid(results, mode, _case_methods(results, case), _time_cell),
             )
         yield (
             f"{m_title}: peak extra memory in MiB",
+            headers,
             _grid(results, mode, all_methods, _memory_cell),
         )
         yield (
             f"{m_title}: achieved FLOP rate as a fraction of the fp32 matmul rate "
             f"({results['matmul']['gflops']:.0f} GFLOP/s)",
+            headers,
             _grid(results, mode, all_methods, _fraction_cell),
         )
+    yield _growth_table(results)
+
+
+def _growth_table(results: dict) -> tuple[str, list[str], list[tuple[str, list[str]]]]:
+    """(title, column headers, rows) of the paired growth per doubling (no rows if none)."""
+    starts = sorted({g["n"] for g in results.get("growth", [])})
+    rows = []
+    for mode in MODES:
+        for name in results["methods"]:
+            growth = _growth_of(results, name, mode)
+            if growth:
+                cells = [f"{growth[n]:.2f}" if n in growth else "-" for n in starts]
+                rows.append((f"{_label(results, name)}, {MODE_TITLES[mode]}", cells))
+    title = "growth per doubling: paired t(2n)/t(n) (2 = linear, 4 = quadratic)"
+    return title, [f"n={n}->{2 * n}" for n in starts], rows
 
 
 def format_tables(results: dict) -> str:
     """Plain-text tables (what the benchmark prints)."""
-    lengths = results["config"]["lengths"]
-    width = max(14, *(len(c) + 2 for _, rows in _sections(results) for _, cs in rows for c in cs))
+    sections = [section for section in _sections(results) if section[2]]
+    width = max(
+        14,
+        *(len(c) + 2 for _, hs, rows in sections for c in hs + [c for _, cs in rows for c in cs]),
+    )
     out = []
-    for title, rows in _sections(results):
-        if not rows:
-            continue
+    for title, headers, rows in sections:
         label_w = max(len(label) for label, _ in rows) + 2
         out.append(title)
-        out.append(" " * label_w + "".join(f"{'n=' + str(n):>{width}}" for n in lengths))
+        out.append(" " * label_w + "".join(f"{h:>{width}}" for h in headers))
         for label, cells in rows:
             out.append(f"{label:<{label_w}}" + "".join(f"{c:>{width}}" for c in cells))
         out.append("")
@@ -221,14 +246,13 @@ def format_tables(results: dict) -> str:
 
 def format_markdown(results: dict) -> str:
     """The same tables and the targets in Markdown (for ``bench/README.md``)."""
-    lengths = results["config"]["lengths"]
     out = []
-    for title, rows in _sections(results):
+    for title, headers, rows in _sections(results):
         if not rows:
             continue
         out.append(f"**{title}**\n")
-        out.append("| method | " + " | ".join(f"n={n}" for n in lengths) + " |")
-        out.append("| --- |" + " ---: |" * len(lengths))
+        out.append("| method | " + " | ".join(headers) + " |")
+        out.append("| --- |" + " ---: |" * len(headers))
         for label, cells in rows:
             out.append(f"| {label} | " + " | ".join(cells) + " |")
         out.append("")

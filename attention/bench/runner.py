@@ -5,6 +5,10 @@ once, one after the other (the order rotates from round to round), so a method a
 reference always run seconds apart, under the same machine load. The ratio of a method to
 another is the median over rounds of ``t_method / t_other`` of the same round: a slow spell
 of the machine moves both times of a pair, and the median drops the pairs it split.
+
+Growth per doubling, paired the same way: for each sub-quadratic method, rounds that call it
+at ``n`` and at ``2n`` and nothing else, so ``t(2n)/t(n)`` is a median of per-round ratios too
+(not a ratio of medians taken minutes apart, each next to whatever else its case runs).
 """
 
 from __future__ import annotations
@@ -21,11 +25,20 @@ import torch
 
 from .flops import FORWARD_BACKWARD_FACTOR, matmul_rate
 from .memory import peak_extra_bytes
-from .methods import CASES, METHODS, MODES, REFERENCE, BenchConfig, Method, make_inputs
+from .methods import (
+    CASES,
+    GROWTH_COSTS,
+    METHODS,
+    MODES,
+    REFERENCE,
+    BenchConfig,
+    Method,
+    make_inputs,
+)
 
 Tensor = torch.Tensor
 
-SCHEMA = "attention-bench/1"
+SCHEMA = "attention-bench/2"
 
 
 def _one_call(fn, inputs: tuple[Tensor, ...], mode: str) -> Callable[[], None]:
@@ -53,6 +66,7 @@ def _reset_grads(inputs: tuple[Tensor, ...]) -> None:
 
 
 def _timed(call: Callable[[], None], inputs: tuple[Tensor, ...]) -> float:
+    """Seconds one call takes, its inputs' gradients reset beforehand (outside the timing)."""
     _reset_grads(inputs)
     start = time.perf_counter()
     call()
@@ -75,7 +89,7 @@ def paired_ratio(times_a: list[float], times_b: list[float]) -> float:
 
 def time_group(
     calls: dict[str, Callable[[], None]],
-    inputs: tuple[Tensor, ...],
+    inputs: dict[str, tuple[Tensor, ...]],
     *,
     warmup: bool,
     min_repeats: int,
@@ -85,7 +99,8 @@ def time_group(
 ) -> tuple[dict[str, list[float]], dict[str, str]]:
     """Interleaved rounds: each round times every call once, in an order rotated by one each
     round. Stops after ``min_repeats`` rounds once ``budget_s`` is spent, or at
-    ``max_repeats``.
+    ``max_repeats``. ``inputs[name]`` are the tensors ``calls[name]`` runs on (their
+    gradients are reset before each call, outside the timing).
 
     Returns name -> the times of rounds 0, 1, ... (seconds), and name -> error message for a
     call that raised: it is dropped from the group (one broken variant must not end a
@@ -97,7 +112,7 @@ def time_group(
 
     def attempt(name: str) -> float | None:
         try:
-            return _timed(calls[name], inputs)
+            return _timed(calls[name], inputs[name])
         except Exception as err:  # noqa: BLE001 - reported, not hidden
             errors[name] = _error(err)
             names.remove(name)
@@ -177,7 +192,7 @@ def run_case(
             errors[m.name] = _error(err)
     times, timing_errors = time_group(
         calls,
-        inputs,
+        dict.fromkeys(calls, inputs),
         warmup=n <= config.warmup_max_n,
         min_repeats=config.min_repeats,
         max_repeats=config.max_repeats,
@@ -225,6 +240,35 @@ def run_case(
     return records, failures
 
 
+def run_growth(method: Method, mode: str, n: int, config: BenchConfig) -> dict:
+    """Paired ``t(2n) / t(n)`` of one method: rounds that time it at ``n`` and ``2n`` only.
+
+    Returns ``{method, mode, n, times_n_s, times_2n_s, growth}`` (``growth`` the median of the
+    per-round ratios), or ``{method, mode, n, error}`` if a call raised.
+    """
+    record = {"method": method.name, "mode": mode, "n": n}
+    calls, inputs = {}, {}
+    try:
+        for key, length in (("n", n), ("2n", 2 * n)):
+            inputs[key] = make_inputs(length, config, requires_grad=mode == "forward_backward")
+            calls[key] = _one_call(method.make(length, config), inputs[key], mode)
+    except Exception as err:  # noqa: BLE001 - reported, not hidden
+        return {**record, "error": _error(err)}
+    times, errors = time_group(
+        calls,
+        inputs,
+        warmup=2 * n <= config.warmup_max_n,
+        min_repeats=config.min_repeats,
+        max_repeats=config.max_repeats,
+        budget_s=config.growth_budget_s,
+        collect_garbage=config.collect_garbage,
+    )
+    if errors:
+        return {**record, "error": "; ".join(f"{k}: {v}" for k, v in errors.items())}
+    growth = paired_ratio(times["2n"], times["n"])
+    return {**record, "times_n_s": times["n"], "times_2n_s": times["2n"], "growth": growth}
+
+
 def run_benchmark(config: BenchConfig, *, log: Callable[[str], None] = _log) -> dict:
     """The whole benchmark in this process: the matmul rate, then every case, length and mode.
 
@@ -260,6 +304,26 @@ def run_benchmark(config: BenchConfig, *, log: Callable[[str], None] = _log) -> 
                     f"  {mode:16s} {case:8s} n={n:6d}: {len(members)} methods, "
                     f"{now - start:6.1f} s (total {now - wall:6.0f} s)"
                 )
+    growth: list[dict] = []
+    for mode in MODES:
+        for m in available:
+            if m.cost not in GROWTH_COSTS:
+                continue
+            for n in config.lengths:
+                if 2 * n not in config.lengths or not m.runs_at(2 * n, mode, config):
+                    continue
+                start = time.perf_counter()
+                record = run_growth(m, mode, n, config)
+                if "error" in record:
+                    errors.append(record)
+                    log(f"  ERROR {m.name} growth ({mode}, n={n}): {record['error']}")
+                    continue
+                growth.append(record)
+                now = time.perf_counter()
+                log(
+                    f"  {mode:16s} growth {m.name:15s} n={n:6d}->{2 * n:6d}: "
+                    f"{record['growth']:.2f} ({now - start:5.1f} s, total {now - wall:6.0f} s)"
+                )
     return {
         "schema": SCHEMA,
         "mode": config.mode,
@@ -277,6 +341,7 @@ def run_benchmark(config: BenchConfig, *, log: Callable[[str], None] = _log) -> 
             "min_repeats": config.min_repeats,
             "max_repeats": config.max_repeats,
             "budget_s": config.budget_s,
+            "growth_budget_s": config.growth_budget_s,
             "warmup_max_n": config.warmup_max_n,
             "collect_garbage": config.collect_garbage,
             "ratio_min_n": config.ratio_min_n,
@@ -291,6 +356,7 @@ def run_benchmark(config: BenchConfig, *, log: Callable[[str], None] = _log) -> 
         },
         "skipped": skipped,
         "results": records,
+        "growth": growth,
         "errors": errors,
         "elapsed_s": time.perf_counter() - wall,
     }

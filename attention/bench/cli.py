@@ -1,6 +1,6 @@
 """Command line: ``python -m attention.bench [--quick] [--out-dir DIR]``.
 
-Full mode (the default) takes about ten minutes on two cores; set ``OMP_NUM_THREADS`` to the
+Full mode (the default) takes 6–8 minutes on two cores; set ``OMP_NUM_THREADS`` to the
 cores you mean to use, on an otherwise idle machine. ``--quick`` runs every method at toy sizes
 in well under a minute (CI's smoke test: it checks that everything runs and writes, not
 speed). ``--markdown FILE.json`` prints the tables and targets of a results file as Markdown.

@@ -95,7 +95,7 @@ FULL = BenchConfig(
     max_n={
         "quadratic": {"forward": 8192, "forward_backward": 8192},
         # torch SDPA with a bool mask (the band and BigBird references): its masked backward
-        # is the slowest fused call; 4096 keeps the full run near ten minutes.
+        # is the slowest fused call; 4096 keeps the full run under ten minutes.
         "quadratic_masked": {"forward": 8192, "forward_backward": 4096},
         "naive": {"forward": 4096, "forward_backward": 4096},
         "naive_masked": {"forward": 4096, "forward_backward": 2048},

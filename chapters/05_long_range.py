@@ -567,7 +567,8 @@ record_claim(
 # - the **peak** bytes the call holds at once, counted tensor by tensor by the package's
 #   `attention.bench.memory` (a dispatch mode that sees every operator; exact and repeatable,
 #   unlike the process's memory use);
-# - the matrix-multiply FLOPs, counted by torch's `FlopCounterMode`;
+# - the matrix-multiply FLOPs, counted by torch's `FlopCounterMode` (through the package's
+#   `matmul_flop_counter`, which also counts the in-place products torch's table leaves out);
 # - the median wall-clock time (shown, never asserted: machines differ).
 
 # %%
@@ -834,9 +835,8 @@ flop_exponent = {
 print(f"{'':30s} {'peak MiB @2048':>14} {'memory ∝ n^':>11} {'FLOPs ∝ n^':>10}")
 for name, cs in costs.items():
     at2048 = next(c for c in cs if c.seq_len == 2048)
-    # The counter misses products written into preallocated buffers (flash's tiles): no column.
-    flops = "—" if name.startswith("flash") else f"{flop_exponent[name]:.2f}"
-    print(f"{name:30s} {at2048.peak_bytes / 2**20:>14.2f} {mem_exponent[name]:>11.2f} {flops:>10}")
+    print(f"{name:30s} {at2048.peak_bytes / 2**20:>14.2f} {mem_exponent[name]:>11.2f} "
+          f"{flop_exponent[name]:>10.2f}")  # fmt: skip
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
@@ -940,6 +940,8 @@ assert flop_exponent["full attention"] > 1.99
 for name in variants:
     assert 0.85 < mem_exponent[name] < 1.15, name  # linear in n
 assert mem_exponent["flash (exact, tiled)"] < 1.15  # at most linear (fixed-size tiles dominate)
+# ...yet exact: flash multiplies exactly what dense attention multiplies, at every length.
+assert [c.flops for c in costs["flash (exact, tiled)"][:4]] == [c.flops for c in dense_costs]
 for name in variants:
     assert 0.95 < flop_exponent[name] < 1.1, name
 w = costs["window ±8"]
@@ -1004,9 +1006,8 @@ record_claim(
 #   exponents near 1 in the table) while dense attention's grow quadratically. FlashAttention
 #   shows that the two halves of the $O(n^2)$ claim can be separated: its memory grows no faster
 #   than $n$ (slower still at these lengths, where its fixed-size tiles dominate), yet, being
-#   exact, it must still score all $n^2$ pairs. (torch's FLOP counter does not see products
-#   written into preallocated buffers, as flash's tiles are, so its FLOPs column is left
-#   empty; chapter 6 measures it.) Time at these sizes is a different story from memory: the
+#   exact, it must still score all $n^2$ pairs: its FLOPs are dense attention's to the last
+#   one, exponent 2. Time at these sizes is a different story from memory: the
 #   window, block-sparse and flash kernels loop in Python over heads and blocks, so at short
 #   lengths they can be slower than the dense call, and their advantage shows only as $n$
 #   grows (right panel; the timings are this machine's).

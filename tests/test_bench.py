@@ -22,6 +22,7 @@ from attention.bench.flops import (
     band_pairs,
     dense_flops,
     linear_attention_flops,
+    matmul_flop_counter,
     matmul_rate,
     pair_flops,
 )
@@ -29,6 +30,7 @@ from attention.bench.memory import PeakMemory, peak_extra_bytes
 from attention.bench.methods import CASES, GROWTH_COSTS, METHODS, MODES, QUICK, REFERENCE
 from attention.bench.report import evaluate_targets, format_markdown, memory_slope, write_plot
 from attention.bench.runner import SCHEMA, paired_ratio, time_group
+from attention.efficient.flash import flash_attention
 from attention.functional import scaled_dot_product_attention
 from attention.masks import sliding_window_mask
 
@@ -133,8 +135,8 @@ def test_markdown_cli_renders_the_results(quick_run):
 # --------------------------------------------------------------------------------- FLOPs
 
 
-def _counted_flops(fn) -> int:
-    with FlopCounterMode(display=False) as counter:
+def _counted_flops(fn, counter=None) -> int:
+    with counter or FlopCounterMode(display=False) as counter:
         fn()
     return counter.get_total_flops()
 
@@ -153,6 +155,28 @@ def test_dense_flops_match_torch_flop_counter(b, h, n, d):
 
     recompute = _counted_flops(lambda: q @ k.transpose(-2, -1))
     assert _counted_flops(train) + recompute == FORWARD_BACKWARD_FACTOR * forward
+
+
+@pytest.mark.parametrize("n", [40, 300])
+def test_matmul_flop_counter_counts_the_flash_loop_like_the_convention(n):
+    b, h, d = 1, 2, 8
+    q, k, v = (torch.randn(b, h, n, d, requires_grad=True) for _ in range(3))
+    out = flash_attention(q, k, v, block_q=64, block_k=64)  # several tiles at n = 300
+    # torch's own counter misses the in-place accumulations (acc.baddbmm_) of the tile loop.
+    forward = _counted_flops(lambda: flash_attention(q, k, v, block_q=64, block_k=64),
+                             matmul_flop_counter())  # fmt: skip
+    assert forward == dense_flops(b, h, n, d)
+    if n > 64:
+        plain = _counted_flops(lambda: flash_attention(q, k, v, block_q=64, block_k=64))
+        assert plain < forward
+    backward = _counted_flops(lambda: out.backward(torch.ones_like(out)), matmul_flop_counter())
+    assert forward + backward == FORWARD_BACKWARD_FACTOR * forward  # five products, QKᵀ again
+    # Causal: the tiles above the diagonal are skipped, the diagonal ones computed whole.
+    causal = _counted_flops(lambda: flash_attention(q, k, v, causal=True, block_q=64, block_k=64),
+                            matmul_flop_counter())  # fmt: skip
+    sizes = [min(64, n - start) for start in range(0, n, 64)]  # tile edges, the last partial
+    pairs = sum(sizes[i] * sizes[j] for i in range(len(sizes)) for j in range(i + 1))
+    assert causal == pair_flops(b, h, d, pairs)
 
 
 @settings(max_examples=40, deadline=None)

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attention.blocks import SequenceClassifier
+from attention.efficient.flash import flash_attention
 from attention.experiments.ch05 import (
     BigBirdAttention,
     LinearAttention,
@@ -297,6 +298,19 @@ def test_measure_cost_of_dense_attention_is_exact():
         scaled_dot_product_attention, 2 * n, num_heads=h, head_dim=e, timed=False
     )
     assert doubled.flops == 4 * cost.flops
+
+
+def test_measure_cost_counts_the_flash_loop_like_dense_attention():
+    # Several tiles: the loop accumulates with in-place products, which must be counted too.
+    n, h, e = 200, 2, 8
+    tiled = measure_cost(
+        lambda q, k, v: flash_attention(q, k, v, block_q=64, block_k=64),
+        n,
+        num_heads=h,
+        head_dim=e,
+        timed=False,
+    )
+    assert tiled.flops == 4 * h * n * n * e
 
 
 def test_measure_cost_counts_only_what_the_call_allocates():

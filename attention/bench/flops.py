@@ -11,10 +11,12 @@ products against the forward's two (``2 + 5 = 7 = 3.5 · 2``).
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 FORWARD_BACKWARD_FACTOR = 3.5
 
@@ -46,6 +48,22 @@ def linear_attention_flops(batch: int, heads: int, n: int, head_dim: int) -> flo
     ``n × d × d`` products per head, ``4·B·H·n·d²`` (causal or not: the causal form computes
     the same sums as prefixes)."""
     return 4.0 * batch * heads * n * head_dim * head_dim
+
+
+def _accumulating_product_flops(self_shape, a_shape, b_shape, *_, out_shape=None, **__) -> int:
+    """``x.baddbmm_(a, b)`` / ``x.addmm_(a, b)``: ``2·batch·M·N·K``, like ``baddbmm``."""
+    *batch, m, k = a_shape
+    return 2 * math.prod(batch) * m * b_shape[-1] * k
+
+
+def matmul_flop_counter() -> FlopCounterMode:
+    """torch's ``FlopCounterMode`` (no display), also counting the in-place accumulating
+    products ``baddbmm_`` and ``addmm_``, which torch's table leaves out; the flash loop
+    accumulates its tiles with them (``acc.baddbmm_(p, v)``), so without this it would seem
+    to do about half its work. Use as ``with counter: ...; counter.get_total_flops()``."""
+    aten = torch.ops.aten
+    mapping = {aten.baddbmm_: _accumulating_product_flops, aten.addmm_: _accumulating_product_flops}
+    return FlopCounterMode(display=False, custom_mapping=mapping)
 
 
 def matmul_rate(size: int, repeats: int = 5, dtype: torch.dtype = torch.float32) -> dict:

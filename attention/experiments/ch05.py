@@ -7,8 +7,9 @@
   in between. :func:`attention_maps` reads a trained model's attention weights and
   :func:`topic_attention` summarises how the conclusion spreads its attention.
 - C18, :func:`measure_cost`: the exact bytes an attention call allocates (peak, by
-  :mod:`attention.bench.memory`), its matrix-multiply FLOPs (torch's ``FlopCounterMode``) and
-  its median time.
+  :mod:`attention.bench.memory`), its matrix-multiply FLOPs (torch's ``FlopCounterMode``, with
+  the in-place products added: :func:`attention.bench.flops.matmul_flop_counter`) and its
+  median time.
 - C19, :class:`WindowAttention`, :class:`BigBirdAttention`, :class:`LinearAttention`: the
   efficient variants of :mod:`attention.efficient` wrapped as ``attn_fn`` for
   :class:`attention.blocks.SequenceClassifier`, each able to say which keys a query may see
@@ -25,9 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from .._checks import check_positive_int, check_rank, check_tensor
+from ..bench.flops import matmul_flop_counter
 from ..bench.memory import peak_extra_bytes
 from ..blocks import SequenceClassifier
 from ..efficient.block_sparse import bigbird_layout, block_sparse_attention
@@ -356,8 +357,8 @@ class Cost:
 
     ``peak_bytes``: most bytes the call allocated and held at once (output included, inputs
     not), counted tensor by tensor; ``flops``: matrix-multiply FLOPs (2 per multiply-add) as
-    torch's ``FlopCounterMode`` counts them; ``seconds``: median wall-clock time (machine-
-    dependent: show it, never assert it).
+    :func:`attention.bench.flops.matmul_flop_counter` counts them; ``seconds``: median
+    wall-clock time (machine-dependent: show it, never assert it).
     """
 
     seq_len: int
@@ -401,7 +402,7 @@ def measure_cost(
     q, k, v = make_qkv(seq_len, batch_size=batch_size, num_heads=num_heads, head_dim=head_dim)
     with torch.no_grad():
         peak = peak_extra_bytes(lambda: attn(q, k, v))
-        counter = FlopCounterMode(display=False)
+        counter = matmul_flop_counter()  # torch's counter + in-place products (flash)
         with counter:
             attn(q, k, v)
     seconds = time_forward(lambda: attn(q, k, v), repeats=repeats) if timed else math.nan

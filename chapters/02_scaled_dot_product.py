@@ -49,12 +49,11 @@ from attention.book import claims_table, record_claim
 from attention.experiments.ch02 import (
     dot_product_scores,
     dot_product_stats,
-    first_step_below,
-    moving_average,
     saturation_stats,
     softmax_jacobian,
     train_retrieval,
 )
+from attention.experiments.training import first_step_below, moving_average
 from attention.functional import scaled_dot_product_attention
 from attention.plotting import plot_attention, plot_lines, set_style
 

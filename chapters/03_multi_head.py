@@ -54,12 +54,11 @@ from attention.experiments.ch03 import (
     SOFTMAX_FLOPS_PER_SCORE,
     kv_cache_bytes,
     mha_flops,
-    min_seconds,
-    one_thread,
     pair_token_names,
     pairs_batch,
     train_pairs,
 )
+from attention.experiments.timing import min_seconds, one_thread
 from attention.functional import scaled_dot_product_attention
 from attention.heads import MultiHeadAttention, merge_heads, split_heads
 from attention.plotting import plot_heads, plot_lines, set_style

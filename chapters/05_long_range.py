@@ -52,8 +52,7 @@ from attention.book import claims_table, record_claim
 from attention.dispatch import torch_sdpa
 from attention.efficient.flash import flash_attention
 from attention.efficient.linear import linear_attention
-from attention.experiments.ch01 import train_classifier, unrolled_lstm
-from attention.experiments.ch02 import first_step_below, moving_average
+from attention.experiments.ch01 import unrolled_lstm
 from attention.experiments.ch05 import (
     BigBirdAttention,
     LinearAttention,
@@ -67,6 +66,7 @@ from attention.experiments.ch05 import (
     topic_documents,
 )
 from attention.experiments.gradients import autograd_path_lengths, gradient_vs_distance
+from attention.experiments.training import first_step_below, moving_average, train_classifier
 from attention.functional import scaled_dot_product_attention
 from attention.heads import MultiHeadAttention
 from attention.plotting import plot_attention, plot_heads, plot_lines, set_style

@@ -4,8 +4,6 @@ trained model must solve."""
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -15,8 +13,6 @@ from torch import nn
 from attention.experiments.ch01 import (
     LSTMClassifier,
     signal_batch,
-    time_forward,
-    train_classifier,
     unrolled_lstm,
 )
 
@@ -168,65 +164,3 @@ def test_lstm_classifier_rejects_bad_tokens():
         model(torch.randn(2, 7))
     with pytest.raises(ValueError, match="tokens must have 2 dimensions"):
         model(torch.zeros(7, dtype=torch.long))
-
-
-# ------------------------------------------------------------------------------------------
-# train_classifier and time_forward
-# ------------------------------------------------------------------------------------------
-
-
-def _late_task(batch_size, generator):
-    return signal_batch(batch_size, 8, signal_positions=(-2, 8), generator=generator)
-
-
-def test_train_classifier_learns_a_short_task_and_is_deterministic():
-    def build():
-        return LSTMClassifier(20, 4, 8, 8)
-
-    run = train_classifier(build, _late_task, steps=40, lr=2e-2, seed=3, eval_size=256)
-    assert run.accuracy > 0.9  # chance is 0.25
-    assert len(run.losses) == 40 and run.losses[-1] < run.losses[0]
-    assert run.n_params == sum(p.numel() for p in build().parameters())
-    again = train_classifier(build, _late_task, steps=40, lr=2e-2, seed=3, eval_size=256)
-    assert again.losses == run.losses and again.accuracy == run.accuracy
-
-
-def test_train_classifier_gives_every_model_the_same_batches():
-    seen: dict[str, list[torch.Tensor]] = {"a": [], "b": []}
-
-    def recording(name, batch_size, generator):
-        tokens, labels = _late_task(batch_size, generator)
-        seen[name].append(tokens)
-        return tokens, labels
-
-    for name, hidden in (("a", 4), ("b", 8)):
-        train_classifier(
-            lambda h=hidden: LSTMClassifier(20, 4, 4, h),
-            functools.partial(recording, name),
-            steps=3,
-            eval_size=8,
-        )
-    assert len(seen["a"]) == 4  # 3 training batches and the held-out one
-    assert all(torch.equal(a, b) for a, b in zip(seen["a"], seen["b"], strict=True))
-
-
-def test_train_classifier_rejects_bad_arguments():
-    with pytest.raises(TypeError, match="build must be a function"):
-        train_classifier(LSTMClassifier(20, 4, 4, 4), _late_task, steps=1)
-    with pytest.raises(TypeError, match="make_batch must be callable"):
-        train_classifier(lambda: LSTMClassifier(20, 4, 4, 4), None, steps=1)
-    with pytest.raises(ValueError, match="steps"):
-        train_classifier(lambda: LSTMClassifier(20, 4, 4, 4), _late_task, steps=0)
-
-
-def test_time_forward_runs_warmup_plus_repeats_without_autograd():
-    calls = []
-
-    def fn():
-        calls.append(torch.is_grad_enabled())
-
-    seconds = time_forward(fn, repeats=3, warmup=2)
-    assert len(calls) == 5 and not any(calls)
-    assert seconds >= 0.0
-    with pytest.raises(ValueError, match="repeats"):
-        time_forward(fn, repeats=0)

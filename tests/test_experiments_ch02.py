@@ -16,9 +16,7 @@ from attention.experiments.ch02 import (
     RetrievalModel,
     dot_product_scores,
     dot_product_stats,
-    first_step_below,
     gradient_snapshot,
-    moving_average,
     retrieval_batch,
     saturation_stats,
     softmax_jacobian,
@@ -257,28 +255,6 @@ def test_train_retrieval_is_deterministic_and_learns():
     assert 0.0 <= a.accuracy <= 1.0
     c = train_retrieval(scaled=False, **{**kwargs, "steps": 1})
     assert c.init_score_std == pytest.approx(a.init_score_std * 4.0, rel=1e-4)
-
-
-# ------------------------------------------------------------------------------------------
-# curve helpers
-# ------------------------------------------------------------------------------------------
-
-
-@FAST
-@given(values=st.lists(st.floats(-10, 10), min_size=1, max_size=30), window=st.integers(1, 8))
-def test_moving_average_matches_slices(values, window):
-    got = moving_average(values, window)
-    for i, g in enumerate(got):
-        chunk = values[max(0, i - window + 1) : i + 1]
-        assert g == pytest.approx(sum(chunk) / len(chunk), abs=1e-9)
-
-
-def test_first_step_below():
-    losses = [5.0] * 10 + [1.0] * 10
-    # The 4-step mean first drops below 3 when 3 of the last 4 values are 1.0: step 12.
-    assert first_step_below(losses, 3.0, window=4) == 12
-    assert first_step_below(losses, 0.5, window=4) is None
-    assert first_step_below([0.0, 0.0], 1.0, window=4) is None
 
 
 def test_train_retrieval_restores_the_thread_setting():

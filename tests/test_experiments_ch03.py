@@ -4,8 +4,6 @@ key/value tensors for the cache formula."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,8 +18,6 @@ from attention.experiments.ch03 import (
     head_relation_mass,
     kv_cache_bytes,
     mha_flops,
-    min_seconds,
-    one_thread,
     pair_token_id,
     pair_token_names,
     pairs_batch,
@@ -89,28 +85,6 @@ def test_flops_refuse_bad_arguments():
         mha_flops(0, 8, 2)
     with pytest.raises(TypeError, match="num_heads"):
         mha_flops(4, 8, 2.0)
-
-
-def test_min_seconds_calls_warmup_plus_repeats_times():
-    calls = []
-    t = min_seconds(lambda: calls.append(1), repeats=5, warmup=3)
-    assert len(calls) == 8 and t >= 0.0
-    durations = iter([0.0, 0.0, 0.2, 0.01, 0.1])  # sleeps: warmup, warmup, then 3 timed
-
-    def sleepy():
-        time.sleep(next(durations))
-
-    assert 0.01 <= min_seconds(sleepy, repeats=3, warmup=2) < 0.1
-    with pytest.raises(ValueError, match="repeats"):
-        min_seconds(lambda: None, repeats=0)
-
-
-def test_one_thread_restores_the_thread_count_even_after_an_error():
-    before = torch.get_num_threads()
-    with pytest.raises(RuntimeError, match="boom"), one_thread():
-        assert torch.get_num_threads() == 1
-        raise RuntimeError("boom")
-    assert torch.get_num_threads() == before
 
 
 # ------------------------------------------------------------------------------------------

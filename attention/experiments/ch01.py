@@ -1,11 +1,11 @@
 """Experiments of chapter 1: what an RNN cannot do that one attention layer can.
 
-- C3, :func:`signal_batch`, :class:`LSTMClassifier`, :func:`train_classifier`: a length-500
-  classification task whose label is one "signal" token hidden among distractors, at the start
-  (far from the read-out) or at the end (next to it); an LSTM and an attention classifier
-  trained on the same batches.
-- C2, :func:`unrolled_lstm`, :func:`time_forward`: an LSTM written as the explicit loop over
-  time it really is, and a timer for the forward passes of the chapter's models.
+- C3, :func:`signal_batch`, :class:`LSTMClassifier`: a length-500 classification task whose
+  label is one "signal" token hidden among distractors, at the start (far from the read-out)
+  or at the end (next to it), and the LSTM that competes on it with an attention classifier
+  (both trained by :func:`attention.experiments.training.train_classifier` on the same
+  batches).
+- C2, :func:`unrolled_lstm`: an LSTM written as the explicit loop over time it really is.
 
 The gradient and path-length measurements (C1, C4) are generic and live in
 :mod:`attention.experiments.gradients`.
@@ -13,12 +13,9 @@ The gradient and path-length measurements (C1, C4) are generic and live in
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .._checks import check_float, check_positive_int, check_rank, check_tensor
@@ -117,78 +114,6 @@ class LSTMClassifier(nn.Module):
         return self.head(h_n[-1])  # (B, num_classes)
 
 
-@dataclass(frozen=True)
-class ClassifierRun:
-    """What :func:`train_classifier` measured."""
-
-    losses: list[float]  # training loss at every step
-    accuracy: float  # on the held-out batch after training
-    n_params: int
-    seconds: float  # wall-clock training time (shown, never asserted)
-    model: nn.Module
-
-
-def train_classifier(
-    build: Callable[[], nn.Module],
-    make_batch: Callable[[int, torch.Generator], tuple[Tensor, Tensor]],
-    *,
-    steps: int,
-    batch_size: int = 32,
-    lr: float = 3e-3,
-    clip: float = 1.0,
-    seed: int = 0,
-    eval_size: int = 512,
-    progress: bool = False,
-    desc: str = "training",
-) -> ClassifierRun:
-    """Train ``build()`` with Adam and gradient clipping; evaluate accuracy on held-out data.
-
-    ``make_batch(batch_size, generator) -> (tokens (B, L), labels (B,))``. The parameters come
-    from ``torch.manual_seed(seed)``; the training batches from a generator seeded with
-    ``seed + 1`` and the held-out batch from one seeded with ``seed + 2``, so that two models
-    trained with the same seed see exactly the same examples in the same order.
-    """
-    if isinstance(build, nn.Module) or not callable(build):
-        raise TypeError(
-            f"build must be a function that returns a new model (so that the seed sets its "
-            f"initial weights), got {type(build).__name__}"
-        )
-    if not callable(make_batch):
-        raise TypeError(f"make_batch must be callable, got {type(make_batch).__name__}")
-    steps = check_positive_int("steps", steps)
-    batch_size = check_positive_int("batch_size", batch_size)
-    eval_size = check_positive_int("eval_size", eval_size)
-    torch.manual_seed(seed)
-    model = build()
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    data = torch.Generator().manual_seed(seed + 1)
-    iterator = range(steps)
-    if progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(iterator, desc=desc)
-    losses = []
-    start = time.perf_counter()
-    model.train()
-    for _ in iterator:
-        tokens, labels = make_batch(batch_size, data)
-        loss = F.cross_entropy(model(tokens), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        # Clipping is standard practice for LSTMs: it keeps a rare exploding step from
-        # wrecking the run, and it is applied to every model alike.
-        nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        losses.append(loss.item())
-    seconds = time.perf_counter() - start
-    model.eval()
-    tokens, labels = make_batch(eval_size, torch.Generator().manual_seed(seed + 2))
-    with torch.no_grad():
-        accuracy = float((model(tokens).argmax(-1) == labels).float().mean())
-    n_params = sum(p.numel() for p in model.parameters())
-    return ClassifierRun(losses, accuracy, n_params, seconds, model)
-
-
 # ------------------------------------------------------------------------------------------
 # C2: the loop over time
 # ------------------------------------------------------------------------------------------
@@ -234,18 +159,3 @@ def unrolled_lstm(
         outputs.append(h)
     outputs = torch.stack(outputs, dim=1)  # (B, L, hidden)
     return (outputs, (h, c)) if return_state else outputs
-
-
-def time_forward(fn: Callable[[], object], repeats: int = 3, warmup: int = 1) -> float:
-    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs, after ``warmup`` runs,
-    without autograd. For showing, never for asserting: machines differ."""
-    repeats = check_positive_int("repeats", repeats)
-    warmup = check_positive_int("warmup", warmup, allow_zero=True)
-    times = []
-    with torch.no_grad():
-        for i in range(warmup + repeats):
-            start = time.perf_counter()
-            fn()
-            if i >= warmup:
-                times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]

@@ -445,27 +445,3 @@ def _train(
         accuracy=accuracy,
         final_max_weight=final_max,
     )
-
-
-def moving_average(values: list[float], window: int) -> list[float]:
-    """Trailing mean over ``window`` values (shorter at the start): smooths a noisy loss curve."""
-    window = check_positive_int("window", window)
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
-
-
-def first_step_below(values: list[float], threshold: float, window: int = 20) -> int | None:
-    """First step at which the ``window``-step moving average is below ``threshold``, or None.
-
-    Steps before a full window is available are skipped (a single lucky batch does not count).
-    """
-    smooth = moving_average(values, window)
-    for step in range(window - 1, len(smooth)):
-        if smooth[step] < threshold:
-            return step
-    return None

@@ -1,8 +1,7 @@
 """Experiments of chapter 3: what splitting attention into heads costs and buys.
 
 - C8, :func:`mha_flops`: an analytic FLOP count of multi-head self-attention, term by term
-  (the matrix products are checked against ``torch.utils.flop_counter`` in the tests), and
-  :func:`min_seconds` to time a forward pass.
+  (the matrix products are checked against ``torch.utils.flop_counter`` in the tests).
 - C9 and C10, :func:`pairs_batch`, :class:`PairModel`, :func:`train_pairs`: a synthetic task
   that needs two different relations at every position (the previous token, and a partner
   found by content), a one-layer Transformer to learn it, and :func:`head_relation_mass` to
@@ -15,9 +14,6 @@ Attention itself is never re-implemented here: the model is the package's
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +23,7 @@ from torch import nn
 from .._checks import check_choice, check_positive_int, check_rank, check_tensor
 from ..blocks import EncoderLayer
 from ..positional import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
+from .timing import one_thread
 
 Tensor = torch.Tensor
 
@@ -96,24 +93,6 @@ def mha_flops(
         out_proj=2 * tokens * d_model * d_model,
         softmax=SOFTMAX_FLOPS_PER_SCORE * num_heads * scores_per_head,
     )
-
-
-def min_seconds(fn: Callable[[], object], *, repeats: int = 7, warmup: int = 2) -> float:
-    """Fastest wall time of ``fn()`` over ``repeats`` calls, after ``warmup`` untimed ones.
-
-    The minimum, not the mean: on a shared machine other processes only ever add time, so the
-    fastest run is the best estimate of what ``fn`` itself costs.
-    """
-    repeats = check_positive_int("repeats", repeats)
-    warmup = check_positive_int("warmup", warmup, allow_zero=True)
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 # ------------------------------------------------------------------------------------------
@@ -315,22 +294,6 @@ class PairsRun:
     @property
     def mean_accuracy(self) -> float:
         return sum(self.accuracy) / len(self.accuracy)
-
-
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """Run the block with one intra-op thread, then restore the previous setting.
-
-    The models of this chapter are tiny: splitting a (64 × 12 × 32) matrix product across
-    threads costs more in synchronisation than it saves, and on a busy machine far more (we
-    measured a 10× slowdown with two threads on two shared cores).
-    """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def train_pairs(

@@ -34,7 +34,7 @@ from ..blocks import SequenceClassifier
 from ..efficient.block_sparse import bigbird_layout, block_sparse_attention
 from ..efficient.sliding_window import sliding_window_attention
 from ..masks import block_layout_to_mask, sliding_window_mask
-from .ch01 import time_forward
+from .timing import time_forward
 
 Tensor = torch.Tensor
 

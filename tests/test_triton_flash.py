@@ -235,3 +235,24 @@ def test_gpu_check_script_exits_cleanly_without_a_gpu():
         timeout=120,
     )
     assert proc.returncode == 2 and "no CUDA device" in proc.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the smoke run is the no-GPU rehearsal")
+def test_gpu_check_smoke_run_passes_every_phase(tmp_path):
+    """The device script rehearsed on the CPU (interpreter, toy sizes), so that the few minutes
+    of a GPU session are not lost to a bug in the script itself."""
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools", "gpu_check.py")
+    out = tmp_path / "smoke.json"
+    proc = subprocess.run(
+        [sys.executable, script, "--smoke", "--out", str(out)],
+        env=dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["failures"] == []
+    phases = ("triton_correctness", "timing", "dispatch", "variants", "flex", "sweep")
+    assert set(phases) <= set(results["phases"])
+    assert all(results["phases"][phase] for phase in phases)  # each phase recorded something

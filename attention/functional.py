@@ -27,10 +27,12 @@ def safe_softmax(scores: Tensor, dim: int = -1) -> Tensor:
     """
     if scores.shape[dim] == 0:  # no keys at all: nothing to attend to
         return torch.zeros_like(scores)
-    row_max = scores.amax(dim=dim, keepdim=True)
+    # The shift only guards exp against overflow (softmax ignores it): detached, so that
+    # autograd neither keeps the scores for amax's backward nor routes gradient through it.
+    row_max = scores.detach().amax(dim=dim, keepdim=True)
     # A row of -inf has max -inf; subtracting it would give (-inf) - (-inf) = NaN.
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    exp = torch.exp(scores - row_max.detach())
+    exp = torch.exp(scores - row_max)
     denom = exp.sum(dim=dim, keepdim=True)
     return exp / torch.where(denom == 0, torch.ones_like(denom), denom)
 

@@ -173,6 +173,31 @@ def test_never_allocates_an_n_by_n_tensor():
     assert torch.isfinite(q.grad).all()
 
 
+@pytest.mark.parametrize("with_globals", [False, True])
+def test_training_keeps_o_n_between_forward_and_backward(with_globals):
+    """What autograd holds for the backward: q, k, v (views), the output and the row
+    log-sum-exp, O(n·E) per head, plus the band mask (bool, shared by the heads); never the
+    O(n·w) weights, which the backward recomputes tile by tile."""
+    b, h, n, e, left, right = 1, 2, 1024, 8, 256, 256
+    q, k, v = random_qkv(b, h, n, n, e, e, dtype=torch.float32, requires_grad=True)
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = (t.dtype, t.untyped_storage().nbytes())
+        return t
+
+    g = torch.tensor([0, 500]) if with_globals else None
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = sliding_window_attention(q, k, v, left=left, right=right, global_tokens=g)
+    floats = sum(nbytes for dtype, nbytes in storages.values() if dtype != torch.bool)
+    width = 512 + 64  # the strip of one query block: left + right + block_size (64 here)
+    weights_bytes = b * h * n * width * 4  # what autograd would keep, more than once
+    assert floats <= 6 * b * h * (n + left + right) * e * 4 + b * h * n * 4
+    assert floats * 4 < weights_bytes
+    out.sum().backward()  # and the recomputing backward still runs
+    assert torch.isfinite(k.grad).all()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [

@@ -5,9 +5,11 @@ Query ``i`` attends keys ``i - left .. i + right`` (both inclusive): the mask
 that mask still computes all ``Lq × Lk`` scores and throws most away. Here the queries are cut
 into blocks of ``block_size`` rows; each block only ever meets the keys its rows can see, a
 strip of ``block_size + left + right`` keys cut out of the (padded) key sequence with
-``Tensor.unfold``, which is a view, not a copy. The largest tensor is a head's
-``(n_blocks, block_size, block_size + left + right)`` score strip: memory and time
-``O(Lq · (w + block_size))`` per head, never ``O(Lq · Lk)``.
+``Tensor.unfold``, which is a view, not a copy. Query blocks go in cache-sized groups; the
+largest float tensor is one group's scores: time ``O(Lq · (w + block_size))`` per head, never
+``O(Lq · Lk)``. Training holds ``O(Lq)`` per head for the backward (inputs, output and row
+log-sum-exp; FlashAttention's trick, :class:`_BandTile`), which recomputes each group's
+weights instead of keeping all ``O(Lq · w)`` of them.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from .._checks import check_positive_int, check_qkv, check_tensor
-from ..functional import safe_softmax, scaled_dot_product_attention
+from ..functional import scaled_dot_product_attention
 from ..masks import sliding_window_mask
 
 Tensor = torch.Tensor
@@ -68,6 +71,70 @@ def _global_positions(global_tokens: object, n: int, device: torch.device) -> Te
     return torch.unique(global_tokens.to(device=device, dtype=torch.long))
 
 
+def _tile_scores(q: Tensor, k: Tensor, blocked: Tensor, k_glob: Tensor | None) -> Tensor:
+    """Scores of one group of query blocks: ``q (g, bq, E)`` (already scaled) against its key
+    strips ``k (g, E, W)``, ``-inf`` where ``blocked (g, bq, W)``, then the global keys
+    ``k_glob (G, E)`` as ``G`` more columns. Returns ``(g, bq, W + G)``."""
+    scores = torch.bmm(q, k).masked_fill_(blocked, float("-inf"))  # (g, bq, W): ours, in place
+    if k_glob is None:
+        return scores
+    # The global keys join the band in one softmax (the band no longer holds them).
+    return torch.cat([scores, torch.matmul(q, k_glob.T)], dim=-1)  # (g, bq, W + G)
+
+
+def _weighted_values(p: Tensor, v: Tensor, v_glob: Tensor | None) -> Tensor:
+    """``p (g, bq, W + G)`` applied to the value strips ``v (g, W, Ev)`` and the global values
+    ``v_glob (G, Ev)``. Returns ``(g, bq, Ev)``."""
+    width = v.shape[1]
+    out = torch.bmm(p[..., :width], v)  # (g, bq, Ev)
+    if v_glob is not None:
+        out = out + torch.matmul(p[..., width:], v_glob)  # (g, bq, Ev)
+    return out
+
+
+class _BandTile(torch.autograd.Function):
+    """Attention of one group of query blocks over their key strips (and the global keys),
+    with a FlashAttention-style backward: the forward saves the inputs (views), the output and
+    the row log-sum-exp, and the backward recomputes the probabilities. Training then holds
+    O(n) per head between forward and backward, not the O(n·w) weights and softmax
+    intermediates autograd would keep, and every tile is reused while it is in cache.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, blocked, k_glob, v_glob):
+        scores = _tile_scores(q, k, blocked, k_glob)  # (g, bq, W + G)
+        lse = torch.logsumexp(scores, dim=-1, keepdim=True)  # (g, bq, 1)
+        # A row that may attend no key has lse = -inf; +inf makes its weights exp(-inf) = 0
+        # (zeros out, zero gradients) where -inf - (-inf) would give NaN.
+        lse = lse.masked_fill_(lse == float("-inf"), float("inf"))
+        p = scores.sub_(lse).exp_()  # (g, bq, W + G), in place: the scores are ours
+        out = _weighted_values(p, v, v_glob)  # (g, bq, Ev)
+        ctx.save_for_backward(q, k, v, blocked, k_glob, v_glob, out, lse)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_out):
+        q, k, v, blocked, k_glob, v_glob, out, lse = ctx.saved_tensors
+        width = k.shape[-1]
+        p = _tile_scores(q, k, blocked, k_glob).sub_(lse).exp_()  # (g, bq, W + G)
+        d_p = torch.bmm(d_out, v.transpose(1, 2))  # (g, bq, W)
+        if v_glob is not None:
+            d_p = torch.cat([d_p, torch.matmul(d_out, v_glob.T)], dim=-1)  # (g, bq, W + G)
+        delta = (d_out * out).sum(dim=-1, keepdim=True)  # (g, bq, 1): rowsum(P ∘ dP)
+        d_s = p * (d_p - delta)  # (g, bq, W + G): softmax backward, zero where p = 0
+        d_q = torch.bmm(d_s[..., :width], k.transpose(1, 2))  # (g, bq, E)
+        d_k = torch.bmm(q.transpose(1, 2), d_s[..., :width])  # (g, E, W)
+        d_v = torch.bmm(p[..., :width].transpose(1, 2), d_out)  # (g, W, Ev)
+        d_k_glob = d_v_glob = None
+        if k_glob is not None:
+            d_s_glob = d_s[..., width:]  # (g, bq, G)
+            d_q = d_q + torch.matmul(d_s_glob, k_glob)  # (g, bq, E)
+            d_k_glob = d_s_glob.flatten(0, 1).T @ q.flatten(0, 1)  # (G, E)
+            d_v_glob = p[..., width:].flatten(0, 1).T @ d_out.flatten(0, 1)  # (G, Ev)
+        return d_q, d_k, d_v, None, d_k_glob, d_v_glob
+
+
 def _attend_strips(
     q_blocks: Tensor,
     k_strips: Tensor,
@@ -79,18 +146,8 @@ def _attend_strips(
     ``v_strips (nb, W, Ev)``, ``blocked (nb, bq, W)`` (``True`` = may not attend), plus optional
     global keys and values ``glob = ((G, E), (G, Ev))`` that every query sees.
     Returns ``(nb, bq, Ev)``."""
-    scores = torch.bmm(q_blocks, k_strips)  # (nb, bq, W)
-    scores = scores.masked_fill_(blocked, float("-inf"))  # in place: bmm's output is ours
-    if glob is None:
-        weights = safe_softmax(scores, dim=-1)  # (nb, bq, W)
-        return torch.bmm(weights, v_strips)  # (nb, bq, Ev)
-    # The global keys join the band in one softmax (the band no longer holds them).
-    k_glob, v_glob = glob
-    g_scores = torch.matmul(q_blocks, k_glob.T)  # (nb, bq, G)
-    weights = safe_softmax(torch.cat([scores, g_scores], dim=-1), dim=-1)  # (nb, bq, W + G)
-    width = scores.shape[-1]
-    out = torch.bmm(weights[..., :width], v_strips)  # (nb, bq, Ev)
-    return out + torch.matmul(weights[..., width:], v_glob)  # (nb, bq, Ev)
+    k_glob, v_glob = (None, None) if glob is None else glob
+    return _BandTile.apply(q_blocks, k_strips, v_strips, blocked, k_glob, v_glob)
 
 
 def sliding_window_attention(
@@ -164,8 +221,8 @@ def sliding_window_attention(
     needed = n_blocks * bq + right  # key positions 0 .. needed-1 are reachable
     k_used, v_used = k[:, :, :needed], v[:, :, :needed]
     pad = (0, 0, left, needed - k_used.shape[-2])
-    k_strips = torch.nn.functional.pad(k_used, pad).unfold(2, width, bq)  # (B, H, nb, E, W)
-    v_strips = torch.nn.functional.pad(v_used, pad).unfold(2, width, bq)  # (B, H, nb, Ev, W)
+    k_padded = torch.nn.functional.pad(k_used, pad)  # (B, H, nb*bq + left + right, E)
+    v_padded = torch.nn.functional.pad(v_used, pad)  # (B, H, nb*bq + left + right, Ev)
     q_blocks = torch.nn.functional.pad(q, (0, 0, 0, n_blocks * bq - lq))  # (B, H, nb*bq, E)
     q_blocks = q_blocks.view(b, h, n_blocks, bq, e)  # (B, H, nb, bq, E)
 
@@ -183,7 +240,6 @@ def sliding_window_attention(
     blocked = ~(band & real_key[:, None, :])  # (nb, bq, W): True = may NOT attend
 
     q_blocks = q_blocks * scale  # (B, H, nb, bq, E): scale n·E queries, not n·W scores
-    v_strips = v_strips.transpose(-2, -1)  # (B, H, nb, W, Ev)
     k_glob = v_glob = None
     if g_pos is not None:
         k_glob = k.index_select(2, g_pos)  # (B, H, G, E)
@@ -196,17 +252,20 @@ def sliding_window_attention(
     # The pieces come from unbind and split, never from indexing: autograd's backward of
     # `x[i]` or `x[a:b]` writes the piece's gradient into a zero tensor as large as all of x,
     # and with one piece per group that made the backward O(n^2) (unbind/split have one
-    # backward node that assembles every piece's gradient at once).
+    # backward node that assembles every piece's gradient at once). Each head unfolds its own
+    # strips, so the backward folds one head's strip gradients back before the next head's.
     n_groups = -(-n_blocks * bq * width // SCORE_TILE_ELEMENTS)  # ceil
     group = -(-n_blocks // n_groups)  # query blocks per group, groups of equal size
     blocked_groups = blocked.split(group)  # (<=group, bq, W) each
-    q_heads, k_heads, v_heads = (t.flatten(0, 1).unbind(0) for t in (q_blocks, k_strips, v_strips))
+    q_heads, k_heads, v_heads = (t.flatten(0, 1).unbind(0) for t in (q_blocks, k_padded, v_padded))
     globs = [None] * (b * h)
     if g_pos is not None:
         k_glob, v_glob = (t.flatten(0, 1).unbind(0) for t in (k_glob, v_glob))  # (G, E), (G, Ev)
         globs = list(zip(k_glob, v_glob, strict=True))
     heads = []
     for q_head, k_head, v_head, glob in zip(q_heads, k_heads, v_heads, globs, strict=True):
+        k_head = k_head.unfold(0, width, bq)  # (nb, E, W): overlapping strips, a view
+        v_head = v_head.unfold(0, width, bq).transpose(-2, -1)  # (nb, W, Ev)
         parts = [
             _attend_strips(q_g, k_g, v_g, blocked_g, glob)  # (<=group, bq, Ev)
             for q_g, k_g, v_g, blocked_g in zip(

@@ -180,3 +180,28 @@ def test_empty_sequences_behave_like_torch(lq, lk):
     layout = torch.ones(-(-lq // 2), -(-lk // 2), dtype=torch.bool)
     out = block_sparse_attention(q, k, v, layout, 2)
     torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(q, k, v))
+
+
+def test_training_saves_gathered_inputs_not_weights():
+    """What autograd holds for the backward: q, the gathered key and value blocks, the output
+    and the row log-sum-exp; never the weights (active blocks × bs² per head), which the
+    backward recomputes chunk by chunk."""
+    b, h, n, e, bs = 1, 2, 1024, 8, 32
+    q, k, v = random_qkv(b, h, n, n, e, e, dtype=torch.float32, requires_grad=True)
+    layout = bigbird_layout(n // bs)
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = (t.dtype, t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = block_sparse_attention(q, k, v, layout, bs)
+    floats = sum(nbytes for dtype, nbytes in storages.values() if dtype != torch.bool)
+    active = int(layout.sum())
+    gathered = 2 * active * bs * e  # key and value blocks, one copy per active block
+    assert floats <= b * h * (3 * n * e + gathered + n) * 4  # + q (scaled, padded), out, lse
+    weights_bytes = b * h * active * bs * bs * 4
+    assert floats < weights_bytes  # autograd kept about 3x the weights here
+    out.sum().backward()
+    assert torch.isfinite(k.grad).all()

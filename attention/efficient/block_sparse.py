@@ -12,9 +12,11 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from .._checks import check_positive_int, check_qkv, check_tensor
-from ..functional import safe_softmax, scaled_dot_product_attention
+from ..functional import scaled_dot_product_attention
+from ._recompute import probabilities, softmax_backward
 
 Tensor = torch.Tensor
 
@@ -81,6 +83,38 @@ def _check_layout(layout: object, n_heads: int, n_q_blocks: int, n_k_blocks: int
             f"ceil(length / block_size)), got shape {tuple(layout.shape)}"
         )
     return layout
+
+
+class _BlockRows(torch.autograd.Function):
+    """Attention of a chunk of query blocks ``q (B, G, r, bs, E)`` over their gathered key
+    blocks ``k (B, G, r, c*bs, E)``, ``v (B, G, r, c*bs, Ev)`` (``padding (r, 1, c*bs)``: key
+    positions past the sequence, or None), with a FlashAttention-style backward: it saves
+    ``q, k, v``, the output and the row log-sum-exp, and recomputes the weights, so training
+    does not hold the weights and softmax intermediates of every chunk."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, padding):
+        scores = q @ k.transpose(-2, -1)  # (B, G, r, bs, c*bs)
+        if padding is not None:
+            scores = scores.masked_fill_(padding, float("-inf"))
+        p, lse = probabilities(scores)  # (B, G, r, bs, c*bs), (B, G, r, bs, 1)
+        out = p @ v  # (B, G, r, bs, Ev)
+        ctx.save_for_backward(q, k, v, padding, out, lse)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_out):
+        q, k, v, padding, out, lse = ctx.saved_tensors
+        scores = q @ k.transpose(-2, -1)  # (B, G, r, bs, c*bs)
+        if padding is not None:
+            scores = scores.masked_fill_(padding, float("-inf"))
+        p, _ = probabilities(scores, lse)  # (B, G, r, bs, c*bs)
+        d_s = softmax_backward(p, d_out @ v.transpose(-2, -1), d_out, out)  # (B, G, r, bs, c*bs)
+        d_q = d_s @ k  # (B, G, r, bs, E)
+        d_k = d_s.transpose(-2, -1) @ q  # (B, G, r, c*bs, E)
+        d_v = p.transpose(-2, -1) @ d_out  # (B, G, r, c*bs, Ev)
+        return d_q, d_k, d_v, None
 
 
 def _gather_blocks(blocks: Tensor, index: Tensor, sizes: list[int], together: bool):
@@ -182,15 +216,14 @@ def block_sparse_attention(
         r, count = cols.shape
         k_sel = k_sel.reshape(*k_sel.shape[:2], r, count * bs, e)  # (B, G, r, c*bs, E)
         v_sel = v_sel.reshape(*v_sel.shape[:2], r, count * bs, v.shape[-1])  # (B, G, r, c*bs, Ev)
-        scores = q_sel @ k_sel.transpose(-2, -1)  # (B, G, r, bs, c*bs)
+        padding = None
         if lk % bs:
             # The last key block is partial: its padding positions must get no weight.
             key_pos = (cols[:, :, None] * bs + in_block).flatten(1)  # (r, c*bs)
-            scores = scores.masked_fill_((key_pos >= lk)[:, None, :], float("-inf"))
-        # A row with no active block has no key: its (empty) weights give zeros, as dense
-        # attention gives a fully masked row (softmax over nothing is skipped).
-        weights = safe_softmax(scores, dim=-1) if count else scores  # (B, G, r, bs, c*bs)
-        outs.append(weights @ v_sel)  # (B, G, r, bs, Ev)
+            padding = (key_pos >= lk)[:, None, :]  # (r, 1, c*bs)
+        # A row with no active block has no key: zeros, as dense attention gives a fully
+        # masked row.
+        outs.append(_BlockRows.apply(q_sel, k_sel, v_sel, padding))  # (B, G, r, bs, Ev)
     # Every row was done exactly once, bucket by bucket: put them back in order.
     order = all_rows.argsort()  # (R,)
     out = torch.cat(outs, dim=2)[:, :, order]  # (B, G, R, bs, Ev)

@@ -22,6 +22,7 @@ from torch.autograd.function import once_differentiable
 from .._checks import check_positive_int, check_qkv, check_tensor
 from ..functional import scaled_dot_product_attention
 from ..masks import sliding_window_mask
+from ._recompute import probabilities, softmax_backward
 
 Tensor = torch.Tensor
 
@@ -102,12 +103,7 @@ class _BandTile(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, blocked, k_glob, v_glob):
-        scores = _tile_scores(q, k, blocked, k_glob)  # (g, bq, W + G)
-        lse = torch.logsumexp(scores, dim=-1, keepdim=True)  # (g, bq, 1)
-        # A row that may attend no key has lse = -inf; +inf makes its weights exp(-inf) = 0
-        # (zeros out, zero gradients) where -inf - (-inf) would give NaN.
-        lse = lse.masked_fill_(lse == float("-inf"), float("inf"))
-        p = scores.sub_(lse).exp_()  # (g, bq, W + G), in place: the scores are ours
+        p, lse = probabilities(_tile_scores(q, k, blocked, k_glob))  # (g, bq, W + G), (g, bq, 1)
         out = _weighted_values(p, v, v_glob)  # (g, bq, Ev)
         ctx.save_for_backward(q, k, v, blocked, k_glob, v_glob, out, lse)
         return out
@@ -117,12 +113,11 @@ class _BandTile(torch.autograd.Function):
     def backward(ctx, d_out):
         q, k, v, blocked, k_glob, v_glob, out, lse = ctx.saved_tensors
         width = k.shape[-1]
-        p = _tile_scores(q, k, blocked, k_glob).sub_(lse).exp_()  # (g, bq, W + G)
+        p, _ = probabilities(_tile_scores(q, k, blocked, k_glob), lse)  # (g, bq, W + G)
         d_p = torch.bmm(d_out, v.transpose(1, 2))  # (g, bq, W)
         if v_glob is not None:
             d_p = torch.cat([d_p, torch.matmul(d_out, v_glob.T)], dim=-1)  # (g, bq, W + G)
-        delta = (d_out * out).sum(dim=-1, keepdim=True)  # (g, bq, 1): rowsum(P ∘ dP)
-        d_s = p * (d_p - delta)  # (g, bq, W + G): softmax backward, zero where p = 0
+        d_s = softmax_backward(p, d_p, d_out, out)  # (g, bq, W + G)
         d_q = torch.bmm(d_s[..., :width], k.transpose(1, 2))  # (g, bq, E)
         d_k = torch.bmm(q.transpose(1, 2), d_s[..., :width])  # (g, E, W)
         d_v = torch.bmm(p[..., :width].transpose(1, 2), d_out)  # (g, W, Ev)

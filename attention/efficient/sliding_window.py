@@ -216,10 +216,7 @@ def sliding_window_attention(
     needed = n_blocks * bq + right  # key positions 0 .. needed-1 are reachable
     k_used, v_used = k[:, :, :needed], v[:, :, :needed]
     pad = (0, 0, left, needed - k_used.shape[-2])
-    k_padded = torch.nn.functional.pad(k_used, pad)  # (B, H, nb*bq + left + right, E)
-    v_padded = torch.nn.functional.pad(v_used, pad)  # (B, H, nb*bq + left + right, Ev)
-    q_blocks = torch.nn.functional.pad(q, (0, 0, 0, n_blocks * bq - lq))  # (B, H, nb*bq, E)
-    q_blocks = q_blocks.view(b, h, n_blocks, bq, e)  # (B, H, nb, bq, E)
+    q_pad = (0, 0, 0, n_blocks * bq - lq)
 
     # Row r of a block is query i*bq + r, column c is key i*bq - left + c, so j - i = c - left - r
     # and the band is 0 <= c - r <= left + right: the same band for every block.
@@ -234,7 +231,6 @@ def sliding_window_attention(
         real_key = real_key & ~is_global[key_pos.clamp(0, lk - 1)]
     blocked = ~(band & real_key[:, None, :])  # (nb, bq, W): True = may NOT attend
 
-    q_blocks = q_blocks * scale  # (B, H, nb, bq, E): scale n·E queries, not n·W scores
     k_glob = v_glob = None
     if g_pos is not None:
         k_glob = k.index_select(2, g_pos)  # (B, H, G, E)
@@ -252,15 +248,19 @@ def sliding_window_attention(
     n_groups = -(-n_blocks * bq * width // SCORE_TILE_ELEMENTS)  # ceil
     group = -(-n_blocks // n_groups)  # query blocks per group, groups of equal size
     blocked_groups = blocked.split(group)  # (<=group, bq, W) each
-    q_heads, k_heads, v_heads = (t.flatten(0, 1).unbind(0) for t in (q_blocks, k_padded, v_padded))
+    q_heads, k_heads, v_heads = (t.flatten(0, 1).unbind(0) for t in (q, k_used, v_used))
     globs = [None] * (b * h)
     if g_pos is not None:
         k_glob, v_glob = (t.flatten(0, 1).unbind(0) for t in (k_glob, v_glob))  # (G, E), (G, Ev)
         globs = list(zip(k_glob, v_glob, strict=True))
     heads = []
     for q_head, k_head, v_head, glob in zip(q_heads, k_heads, v_heads, globs, strict=True):
-        k_head = k_head.unfold(0, width, bq)  # (nb, E, W): overlapping strips, a view
-        v_head = v_head.unfold(0, width, bq).transpose(-2, -1)  # (nb, W, Ev)
+        # Padded head by head: whole-tensor copies pass 32 MiB at n = 16384, where glibc's
+        # malloc maps and unmaps every allocation, page-faulting it in again on each call.
+        q_head = torch.nn.functional.pad(q_head, q_pad).view(n_blocks, bq, e) * scale  # (nb, bq, E)
+        k_head = torch.nn.functional.pad(k_head, pad).unfold(0, width, bq)  # (nb, E, W), a view
+        v_head = torch.nn.functional.pad(v_head, pad).unfold(0, width, bq)  # (nb, Ev, W)
+        v_head = v_head.transpose(-2, -1)  # (nb, W, Ev)
         parts = [
             _attend_strips(q_g, k_g, v_g, blocked_g, glob)  # (<=group, bq, Ev)
             for q_g, k_g, v_g, blocked_g in zip(

@@ -21,7 +21,7 @@ $(STAMP): requirements-dev.txt pyproject.toml
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (attention-book)" >/dev/null
-	$(PY) tools/lab_settings.py $(VENV)
+	$(PY) -m book.notebooks.lab_settings $(VENV)
 	touch $(STAMP)
 
 # LAB_ARGS: extra jupyter options (e.g. LAB_ARGS="--no-browser --port=8890"); tests use it.
@@ -31,7 +31,7 @@ lab: venv
 
 lint: venv
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check attention tests tools
+	$(VENV)/bin/ruff format --check attention book bench tests conftest.py
 
 test: venv
 	@start=$$(date +%s); \
@@ -46,7 +46,7 @@ test-unit: venv
 # Notebooks: the .py twin is the source; `make execute` regenerates the executed .ipynb.
 NOTEBOOKS := $(wildcard chapters/*.ipynb solutions/*.ipynb exercises/*.ipynb)
 NBVAL     := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
-             --nbval-sanitize-with tools/nbval_sanitize.cfg
+             --nbval-sanitize-with book/notebooks/nbval_sanitize.cfg
 
 # Two notebooks at a time, one thread each (two cores).
 test-notebooks: venv
@@ -58,26 +58,26 @@ endif
 
 # make execute [NB="chapters/02_scaled_dot_product.py ..."]   (default: chapters + solutions)
 execute: venv
-	$(PY) tools/execute_notebooks.py $(NB)
+	$(PY) -m book.notebooks.execute $(NB)
 
 # make exercises [FORCE=1]   regenerate exercises/ from solutions/
 exercises: venv
-	$(PY) tools/make_exercises.py $(if $(FORCE),--force)
+	$(PY) -m book.notebooks.exercises $(if $(FORCE),--force)
 
 # make check CH=03   check your exercises (runs a copy of exercises/03_*.ipynb)
 check: venv
 	@test -n "$(CH)" || { echo "usage: make check CH=03"; exit 2; }
-	$(PY) tools/check_exercises.py $(CH)
+	$(PY) -m book.notebooks.check $(CH)
 
 bench: venv
-	$(PY) -m attention.bench
+	$(PY) -m bench
 
 # On a CUDA machine: verify the Triton kernel and time it against torch SDPA (see bench/).
 gpu-check: venv
-	$(PY) tools/gpu_check.py
+	$(PY) -m bench.gpu_check
 
 bench-quick: venv
-	$(PY) -m attention.bench --quick
+	$(PY) -m bench --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,7 +1,5 @@
 """Repository-wide pytest configuration.
 
-- ``tools/`` is put on ``sys.path`` so that tests import the notebook tools (``nbtools``,
-  ``make_exercises``, ...), which are scripts, not a package.
 - When pytest runs notebooks under nbval (``make test-notebooks``):
   the kernels get the environment ``make execute`` used (inline figures, fixed hash seed);
   the ``check(...)`` cells of solution notebooks have their output compared even in
@@ -13,12 +11,8 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections import defaultdict
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT / "tools"))
 
 _durations: dict[str, float] = defaultdict(float)
 
@@ -31,7 +25,7 @@ def _nbval_active(config) -> bool:
 
 def pytest_configure(config):
     if _nbval_active(config):
-        from nbtools import kernel_env
+        from book.notebooks.common import kernel_env
 
         # nbval starts each kernel with this process's environment.
         env = kernel_env()
@@ -43,7 +37,7 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     if not _nbval_active(config):
         return
-    from nbtools import CHECK_CALL
+    from book.notebooks.common import CHECK_CALL
 
     for item in items:
         cell = getattr(item, "cell", None)

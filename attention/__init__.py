@@ -8,7 +8,7 @@ biases.
 from . import multimodal, vision
 from .blocks import DecoderBlock, Encoder, EncoderLayer, FeedForward, SequenceClassifier
 from .dispatch import attend, available_backends
-from .functional import naive_attention_float64, safe_softmax, scaled_dot_product_attention
+from .functional import safe_softmax, scaled_dot_product_attention
 from .heads import MultiHeadAttention, SelfAttention, merge_heads, split_heads
 from .masks import (
     block_layout_to_mask,
@@ -61,7 +61,6 @@ __all__ = [
     "combine_masks",
     "from_key_padding_mask",
     "from_torch_attn_mask",
-    "naive_attention_float64",
     "padding_mask",
     "padding_mask_from_keep",
     "safe_softmax",

@@ -48,19 +48,19 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from attention.blocks import SequenceClassifier
-from attention.book import claims_table, record_claim
 from attention.dispatch import torch_sdpa
-from attention.experiments.ch01 import LSTMClassifier, signal_batch, unrolled_lstm
-from attention.experiments.gradients import (
+from attention.functional import scaled_dot_product_attention
+from attention.heads import MultiHeadAttention
+from book.claims import claims_table, record_claim
+from book.experiments.ch01 import LSTMClassifier, signal_batch, unrolled_lstm
+from book.experiments.gradients import (
     autograd_depth,
     autograd_path_lengths,
     gradient_vs_distance,
 )
-from attention.experiments.timing import time_forward
-from attention.experiments.training import moving_average, train_classifier
-from attention.functional import scaled_dot_product_attention
-from attention.heads import MultiHeadAttention
-from attention.plotting import plot_attention, plot_lines, set_style
+from book.experiments.training import moving_average, train_classifier
+from book.measure.timing import time_forward
+from book.plotting import plot_attention, plot_lines, set_style
 
 set_style()
 torch.manual_seed(0)

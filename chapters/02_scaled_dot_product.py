@@ -45,17 +45,17 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from attention.book import claims_table, record_claim
-from attention.experiments.ch02 import (
+from attention.functional import scaled_dot_product_attention
+from book.claims import claims_table, record_claim
+from book.experiments.ch02 import (
     dot_product_scores,
     dot_product_stats,
     saturation_stats,
     softmax_jacobian,
     train_retrieval,
 )
-from attention.experiments.training import first_step_below, moving_average
-from attention.functional import scaled_dot_product_attention
-from attention.plotting import plot_attention, plot_lines, set_style
+from book.experiments.training import first_step_below, moving_average
+from book.plotting import plot_attention, plot_lines, set_style
 
 set_style()
 torch.manual_seed(0)

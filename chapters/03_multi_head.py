@@ -49,8 +49,10 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from attention.blocks import EncoderLayer
-from attention.book import claims_table, record_claim
-from attention.experiments.ch03 import (
+from attention.functional import scaled_dot_product_attention
+from attention.heads import MultiHeadAttention, merge_heads, split_heads
+from book.claims import claims_table, record_claim
+from book.experiments.ch03 import (
     SOFTMAX_FLOPS_PER_SCORE,
     kv_cache_bytes,
     mha_flops,
@@ -58,10 +60,8 @@ from attention.experiments.ch03 import (
     pairs_batch,
     train_pairs,
 )
-from attention.experiments.timing import min_seconds, one_thread
-from attention.functional import scaled_dot_product_attention
-from attention.heads import MultiHeadAttention, merge_heads, split_heads
-from attention.plotting import plot_heads, plot_lines, set_style
+from book.measure.timing import min_seconds, one_thread
+from book.plotting import plot_heads, plot_lines, set_style
 
 set_style()
 torch.manual_seed(0)

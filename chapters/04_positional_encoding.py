@@ -49,20 +49,7 @@ import math
 import matplotlib.pyplot as plt
 import torch
 
-from attention.book import claims_table, record_claim
-from attention.experiments.ch04 import (
-    build_lookback_model,
-    fit_shift_matrix,
-    last_query_attention,
-    lookback_accuracy,
-    lookback_batch,
-    sinusoidal_shift_matrix,
-    sinusoidal_wavelengths,
-    train_lookback,
-    zero_crossings,
-)
 from attention.heads import MultiHeadAttention
-from attention.plotting import plot_attention, plot_heads, plot_lines, set_style
 from attention.positional import (
     LearnedPositionalEmbedding,
     RotaryEmbedding,
@@ -73,6 +60,19 @@ from attention.positional import (
     rope_angles,
     sinusoidal_encoding,
 )
+from book.claims import claims_table, record_claim
+from book.experiments.ch04 import (
+    build_lookback_model,
+    fit_shift_matrix,
+    last_query_attention,
+    lookback_accuracy,
+    lookback_batch,
+    sinusoidal_shift_matrix,
+    sinusoidal_wavelengths,
+    train_lookback,
+    zero_crossings,
+)
+from book.plotting import plot_attention, plot_heads, plot_lines, set_style
 
 set_style()
 torch.manual_seed(0)

@@ -48,12 +48,14 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from attention.blocks import Encoder, SequenceClassifier
-from attention.book import claims_table, record_claim
 from attention.dispatch import torch_sdpa
 from attention.efficient.flash import flash_attention
 from attention.efficient.linear import linear_attention
-from attention.experiments.ch01 import unrolled_lstm
-from attention.experiments.ch05 import (
+from attention.functional import scaled_dot_product_attention
+from attention.heads import MultiHeadAttention
+from book.claims import claims_table, record_claim
+from book.experiments.ch01 import unrolled_lstm
+from book.experiments.ch05 import (
     BigBirdAttention,
     LinearAttention,
     WindowAttention,
@@ -65,11 +67,9 @@ from attention.experiments.ch05 import (
     topic_attention,
     topic_documents,
 )
-from attention.experiments.gradients import autograd_path_lengths, gradient_vs_distance
-from attention.experiments.training import first_step_below, moving_average, train_classifier
-from attention.functional import scaled_dot_product_attention
-from attention.heads import MultiHeadAttention
-from attention.plotting import plot_attention, plot_heads, plot_lines, set_style
+from book.experiments.gradients import autograd_path_lengths, gradient_vs_distance
+from book.experiments.training import first_step_below, moving_average, train_classifier
+from book.plotting import plot_attention, plot_heads, plot_lines, set_style
 
 set_style()
 torch.manual_seed(0)
@@ -565,7 +565,7 @@ record_claim(
 #
 # - the bytes of the weight tensor itself (exact by construction: $B \cdot H \cdot n^2 \cdot 4$);
 # - the **peak** bytes the call holds at once, counted tensor by tensor by the package's
-#   `attention.bench.memory` (a dispatch mode that sees every operator; exact and repeatable,
+#   `book.measure.memory` (a dispatch mode that sees every operator; exact and repeatable,
 #   unlike the process's memory use);
 # - the matrix-multiply FLOPs, counted by torch's `FlopCounterMode` (through the package's
 #   `matmul_flop_counter`, which also counts the in-place products torch's table leaves out);

@@ -39,7 +39,7 @@ import math  # noqa: F401  (needed by some answers)
 
 import torch
 
-from attention.checks import check
+from book.checks import check
 
 # %% [markdown]
 # ## Exercise 02.1 — Scaled dot-product attention with a mask

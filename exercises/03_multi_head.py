@@ -37,7 +37,7 @@ import math
 
 import torch
 
-from attention.checks import check
+from book.checks import check
 
 # %% [markdown]
 # ## Exercise 03.1 — Split the heads

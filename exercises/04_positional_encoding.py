@@ -42,7 +42,7 @@ import math  # noqa: F401  (needed by some answers)
 
 import torch
 
-from attention.checks import check
+from book.checks import check
 
 # %% [markdown]
 # ## Exercise 04.1 — The sinusoidal table

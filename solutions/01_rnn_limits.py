@@ -28,7 +28,7 @@ import math  # noqa: F401  (needed by some answers)
 
 import torch
 
-from attention.checks import check
+from book.checks import check
 
 # %% [markdown]
 # ## Exercise 01.1 — Path length in an RNN and in attention

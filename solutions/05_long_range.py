@@ -27,7 +27,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attention.checks import check
+from book.checks import check
 
 # %% [markdown]
 # ## Exercise 05.1 — Memory of the score table

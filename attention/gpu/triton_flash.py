@@ -87,7 +87,7 @@ class FlashConfigs:
 
 # Hopper-sized tiles. Registers decide most of it: the dK/dV kernel holds two (block_n, d)
 # float32 accumulators, so at d = 128 it wants 8 warps and a short query tile. float32 tiles
-# are halved (twice the shared memory per element). tools/gpu_check.py sweeps alternatives.
+# are halved (twice the shared memory per element). bench/gpu_check.py sweeps alternatives.
 _CONFIGS_16BIT_D128 = FlashConfigs(
     forward=KernelConfig(128, 64, num_warps=8, num_stages=3),
     dkdv=KernelConfig(32, 128, num_warps=8, num_stages=3),

@@ -1,0 +1,398 @@
+"""Experiments of chapter 3: what splitting attention into heads costs and buys.
+
+- C8, :func:`mha_flops`: an analytic FLOP count of multi-head self-attention, term by term
+  (the matrix products are checked against ``torch.utils.flop_counter`` in the tests).
+- C9 and C10, :func:`pairs_batch`, :class:`PairModel`, :func:`train_pairs`: a synthetic task
+  that needs two different relations at every position (the previous token, and a partner
+  found by content), a one-layer Transformer to learn it, and :func:`head_relation_mass` to
+  measure which relation each head attends to.
+- MQA/GQA, :func:`kv_cache_bytes`: the memory a decoder's key/value cache takes.
+
+Attention itself is never re-implemented here: the model is the package's
+:class:`attention.blocks.EncoderLayer` (hence :class:`attention.heads.MultiHeadAttention`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attention._checks import check_choice, check_positive_int, check_rank, check_tensor
+from attention.blocks import EncoderLayer
+from attention.positional import (
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+)
+from book.measure.timing import one_thread
+
+Tensor = torch.Tensor
+
+# ------------------------------------------------------------------------------------------
+# C8: the cost of h heads versus one head of full width
+# ------------------------------------------------------------------------------------------
+
+# Elementwise work per attention score: the scale, the row max, subtract, exp, the row sum
+# and the division. A nominal count (kernels differ), kept separate from the matrix products.
+SOFTMAX_FLOPS_PER_SCORE = 6
+
+
+@dataclass(frozen=True)
+class FlopCount:
+    """FLOPs of one multi-head self-attention forward pass (a multiply-add counts as 2)."""
+
+    q_proj: int
+    kv_proj: int  # K and V projections together
+    scores: int  # Q Kᵀ, all heads
+    weighted_sum: int  # A V, all heads
+    out_proj: int
+    softmax: int  # elementwise: SOFTMAX_FLOPS_PER_SCORE per score
+
+    @property
+    def matmul(self) -> int:
+        """The matrix products: what ``torch.utils.flop_counter.FlopCounterMode`` counts."""
+        return self.q_proj + self.kv_proj + self.scores + self.weighted_sum + self.out_proj
+
+    @property
+    def total(self) -> int:
+        return self.matmul + self.softmax
+
+
+def mha_flops(
+    seq_len: int,
+    d_model: int,
+    num_heads: int,
+    *,
+    num_kv_heads: int | None = None,
+    batch_size: int = 1,
+) -> FlopCount:
+    """Analytic FLOPs of ``MultiHeadAttention(d_model, num_heads, num_kv_heads=...)`` on
+    ``(batch_size, seq_len, d_model)`` tokens (self-attention, no mask).
+
+    Head width ``d_head = d_model // num_heads``. Projections ``2 L D · width`` each (W_Q and
+    W_O of width ``D``; W_K, W_V of width ``H_kv · d_head``); scores and ``A V`` cost
+    ``2 L² d_head`` per head, i.e. ``2 L² D`` in total whatever ``H`` is; the softmax is
+    ``SOFTMAX_FLOPS_PER_SCORE · H · L²``. Biases (``L · width`` adds) are not counted.
+    """
+    seq_len = check_positive_int("seq_len", seq_len)
+    d_model = check_positive_int("d_model", d_model)
+    num_heads = check_positive_int("num_heads", num_heads)
+    batch_size = check_positive_int("batch_size", batch_size)
+    kv = num_heads if num_kv_heads is None else check_positive_int("num_kv_heads", num_kv_heads)
+    if d_model % num_heads:
+        raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+    if num_heads % kv:
+        raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads ({kv})")
+    d_head = d_model // num_heads
+    tokens = batch_size * seq_len
+    scores_per_head = batch_size * seq_len * seq_len
+    return FlopCount(
+        q_proj=2 * tokens * d_model * d_model,
+        kv_proj=2 * 2 * tokens * d_model * kv * d_head,
+        scores=2 * num_heads * scores_per_head * d_head,
+        weighted_sum=2 * num_heads * scores_per_head * d_head,
+        out_proj=2 * tokens * d_model * d_model,
+        softmax=SOFTMAX_FLOPS_PER_SCORE * num_heads * scores_per_head,
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# C9, C10: a task that needs two relations at once
+# ------------------------------------------------------------------------------------------
+
+IGNORE = -100  # target of a position that has no previous token (F.cross_entropy's default)
+RELATIONS = ("previous", "partner")
+POSITIONAL = ("rope", "sinusoidal", "learned")
+
+
+@dataclass(frozen=True)
+class PairsBatch:
+    """Sequences of ``2 P`` tokens in which every token has exactly one partner.
+
+    A token is a letter (the key), in lower or upper case (the form), carrying a digit (the
+    value): ``a3``, ``A7``. Each sequence holds ``P`` distinct letters, each once in lower and
+    once in upper case, in random order and with random digits. The partner of ``a3`` is the
+    ``A`` token. At every position the model must output two digits: the one of the previous
+    token (a positional relation) and the one of the partner (a relation found by content).
+    """
+
+    tokens: Tensor  # (B, L) int64 ids, see pair_token_id
+    targets: Tensor  # (B, L, 2) int64: [..., 0] previous token's digit (IGNORE at t=0),
+    #                                    [..., 1] the partner's digit
+    partner: Tensor  # (B, L) int64: the position of each token's partner
+    n_keys: int
+    n_values: int
+
+
+def pair_token_id(form: Tensor | int, key: Tensor | int, value: Tensor | int, n_keys, n_values):
+    """Token id of (form 0/1, key, value): ``(form · n_keys + key) · n_values + value``."""
+    return (form * n_keys + key) * n_values + value
+
+
+def pairs_vocab_size(n_keys: int, n_values: int) -> int:
+    return 2 * n_keys * n_values
+
+
+def pair_token_names(tokens: Tensor, n_keys: int, n_values: int) -> list[str]:
+    """Readable names of a ``(L,)`` sequence of ids: ``"a3"``, ``"A7"``, ... (at most 26 keys)."""
+    check_tensor("tokens", tokens)
+    check_rank("tokens", tokens, 1, "[seq]")
+    if n_keys > 26:
+        raise ValueError(f"n_keys must be <= 26 to name keys by letters, got {n_keys}")
+    names = []
+    for t in tokens.tolist():
+        value, rest = t % n_values, t // n_values
+        key, form = rest % n_keys, rest // n_keys
+        letter = chr(ord("a" if form == 0 else "A") + key)
+        names.append(f"{letter}{value}")
+    return names
+
+
+def pairs_batch(
+    batch_size: int,
+    n_pairs: int,
+    n_values: int,
+    *,
+    n_keys: int | None = None,
+    generator: torch.Generator | None = None,
+) -> PairsBatch:
+    """A batch of the two-relation task (see :class:`PairsBatch`); ``L = 2 · n_pairs``.
+
+    The ``n_pairs`` letters of a row are drawn without replacement from ``n_keys`` (default
+    ``n_pairs``: every letter in every row, only the order and digits vary).
+    """
+    batch_size = check_positive_int("batch_size", batch_size)
+    n_pairs = check_positive_int("n_pairs", n_pairs)
+    n_values = check_positive_int("n_values", n_values)
+    n_keys = n_pairs if n_keys is None else check_positive_int("n_keys", n_keys)
+    if n_pairs > n_keys:
+        raise ValueError(
+            f"n_pairs must be <= n_keys={n_keys} (letters are distinct), got {n_pairs}"
+        )
+    if n_pairs < 2:
+        raise ValueError(f"n_pairs must be >= 2 (one pair has no order to learn), got {n_pairs}")
+    seq_len = 2 * n_pairs
+    keys = torch.rand(batch_size, n_keys, generator=generator).argsort(-1)[:, :n_pairs]  # (B, P)
+    keys = torch.cat([keys, keys], dim=1)  # (B, 2P): slot i and slot i + P are partners
+    forms = torch.arange(seq_len).ge(n_pairs).long().expand(batch_size, -1)  # (B, 2P)
+    values = torch.randint(n_values, (batch_size, seq_len), generator=generator)  # (B, 2P)
+    slots = torch.arange(seq_len)
+    partner_slot = (slots + n_pairs) % seq_len  # (2P,)
+
+    order = torch.rand(batch_size, seq_len, generator=generator).argsort(-1)  # (B, L): slot at t
+    where = order.argsort(-1)  # (B, 2P): position of each slot
+    tokens = pair_token_id(forms, keys, values, n_keys, n_values).gather(1, order)  # (B, L)
+    values_at = values.gather(1, order)  # (B, L)
+    partner = where.gather(1, partner_slot[order])  # (B, L): position of the partner slot
+
+    previous = torch.full_like(values_at, IGNORE)  # (B, L)
+    previous[:, 1:] = values_at[:, :-1]
+    partner_value = values_at.gather(1, partner)  # (B, L)
+    targets = torch.stack([previous, partner_value], dim=-1)  # (B, L, 2)
+    return PairsBatch(tokens, targets, partner, n_keys, n_values)
+
+
+class PairModel(nn.Module):
+    """Embedding + learned positions → one pre-LN :class:`EncoderLayer` → two digit read-outs.
+
+    ``forward(tokens (B, L), need_weights=False)`` returns logits ``(B, L, 2, n_values)``
+    (relation 0: the previous token's digit, relation 1: the partner's), and with
+    ``need_weights`` the per-head attention weights ``(B, H, L, L)``. Bidirectional (no
+    causal mask): a partner may come later.
+    """
+
+    def __init__(
+        self,
+        n_keys: int,
+        n_values: int,
+        seq_len: int,
+        d_model: int,
+        num_heads: int,
+        d_ff: int | None = None,
+        positional: str = "rope",
+    ) -> None:
+        super().__init__()
+        self.n_values = check_positive_int("n_values", n_values)
+        check_choice("positional", positional, POSITIONAL)
+        self.embed = nn.Embedding(pairs_vocab_size(n_keys, n_values), d_model)
+        rotary = None
+        if positional == "sinusoidal":
+            self.pos = SinusoidalPositionalEncoding(d_model, max_len=seq_len)
+        elif positional == "learned":
+            self.pos = LearnedPositionalEmbedding(seq_len, d_model)
+        else:
+            self.pos = None
+            rotary = RotaryEmbedding(d_model // num_heads)
+        self.layer = EncoderLayer(
+            d_model, num_heads, d_ff or 2 * d_model, pre_ln=True, rotary=rotary
+        )
+        self.norm = nn.LayerNorm(d_model)
+        self.readout = nn.Linear(d_model, len(RELATIONS) * n_values)
+
+    def forward(self, tokens: Tensor, need_weights: bool = False):
+        x = self.embed(tokens)  # (B, L, D)
+        if self.pos is not None:
+            x = self.pos(x)  # (B, L, D)
+        if need_weights:
+            x, weights = self.layer(x, need_weights=True)  # (B, L, D), (B, H, L, L)
+        else:
+            x, weights = self.layer(x), None
+        logits = self.readout(self.norm(x))  # (B, L, 2 * n_values)
+        logits = logits.unflatten(-1, (len(RELATIONS), self.n_values))  # (B, L, 2, n_values)
+        return (logits, weights) if need_weights else logits
+
+
+def pairs_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean cross-entropy over both relations and every position that has a target."""
+    return F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE)
+
+
+def relation_accuracy(logits: Tensor, targets: Tensor) -> tuple[float, float]:
+    """Accuracy on (previous, partner) digits, over positions that have a target."""
+    hits = logits.argmax(-1) == targets  # (B, L, 2)
+    valid = targets != IGNORE  # (B, L, 2)
+    acc = (hits & valid).sum((0, 1)).double() / valid.sum((0, 1)).double()  # (2,)
+    return float(acc[0]), float(acc[1])
+
+
+def head_relation_mass(weights: Tensor, partner: Tensor) -> Tensor:
+    """How much each head attends to each relation: ``(H, 2)``.
+
+    ``weights (B, H, L, L)``, ``partner (B, L)``. Column 0 is the mean weight a query puts on
+    the previous position ``t - 1``, column 1 the mean weight on its partner. Only queries
+    whose previous token is not also their partner (and ``t >= 1``) count, so that one head
+    cannot score on both.
+    """
+    check_tensor("weights", weights)
+    check_rank("weights", weights, 4, "[batch, heads, q_len, k_len]")
+    check_tensor("partner", partner)
+    b, h, lq, lk = weights.shape
+    if partner.shape != (b, lq):
+        raise ValueError(f"partner must have shape (B, Lq) = {(b, lq)}, got {tuple(partner.shape)}")
+    t = torch.arange(lq)
+    prev = (t - 1).clamp_min(0).expand(b, lq)  # (B, L)
+    on_prev = weights.gather(-1, prev[:, None, :, None].expand(b, h, lq, 1))[..., 0]  # (B, H, L)
+    on_partner = weights.gather(-1, partner[:, None, :, None].expand(b, h, lq, 1))[..., 0]
+    valid = (t >= 1) & (partner != t - 1)  # (B, L)
+    n = valid.sum()
+    mass_prev = (on_prev * valid[:, None]).sum((0, 2)) / n  # (H,)
+    mass_partner = (on_partner * valid[:, None]).sum((0, 2)) / n  # (H,)
+    return torch.stack([mass_prev, mass_partner], dim=-1)  # (H, 2)
+
+
+@dataclass(frozen=True)
+class PairsRun:
+    """What :func:`train_pairs` measured (on a held-out batch after training)."""
+
+    num_heads: int
+    d_model: int
+    seed: int
+    losses: list[float]  # training loss at every step
+    accuracy: tuple[float, float]  # (previous, partner)
+    head_mass: Tensor  # (H, 2): mean weight on (previous, partner) per head
+    model: PairModel
+
+    @property
+    def mean_accuracy(self) -> float:
+        return sum(self.accuracy) / len(self.accuracy)
+
+
+def train_pairs(
+    *,
+    num_heads: int,
+    d_model: int = 32,
+    n_pairs: int = 6,
+    n_values: int = 8,
+    n_keys: int | None = None,
+    steps: int = 300,
+    batch_size: int = 64,
+    lr: float = 1e-2,
+    seed: int = 0,
+    eval_size: int = 512,
+    progress: bool = False,
+    positional: str = "rope",
+) -> PairsRun:
+    """Train :class:`PairModel` with Adam on fresh batches and evaluate it on held-out ones.
+
+    Parameters come from ``torch.manual_seed(seed)``; training batches from a generator seeded
+    with ``seed + 1`` and the held-out batch from ``seed + 2``, so runs that differ only in
+    ``num_heads`` see the same examples in the same order. Runs on one thread (see
+    :func:`one_thread`).
+    """
+    steps = check_positive_int("steps", steps)
+    with one_thread():  # tiny matrices: threads would only add synchronisation
+        torch.manual_seed(seed)
+        model = PairModel(
+            n_keys or n_pairs, n_values, 2 * n_pairs, d_model, num_heads, positional=positional
+        )
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)
+        data = torch.Generator().manual_seed(seed + 1)
+        held_out = pairs_batch(
+            eval_size,
+            n_pairs,
+            n_values,
+            n_keys=n_keys,
+            generator=torch.Generator().manual_seed(seed + 2),
+        )
+        iterator = range(steps)
+        if progress:
+            from tqdm.auto import tqdm
+
+            iterator = tqdm(iterator, desc=f"h={num_heads}, seed {seed}", leave=False)
+        losses = []
+        for _ in iterator:
+            batch = pairs_batch(batch_size, n_pairs, n_values, n_keys=n_keys, generator=data)
+            loss = pairs_loss(model(batch.tokens), batch.targets)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        model.eval()
+        with torch.no_grad():
+            logits, weights = model(held_out.tokens, need_weights=True)
+        return PairsRun(
+            num_heads=num_heads,
+            d_model=d_model,
+            seed=seed,
+            losses=losses,
+            accuracy=relation_accuracy(logits, held_out.targets),
+            head_mass=head_relation_mass(weights, held_out.partner),
+            model=model,
+        )
+
+
+# ------------------------------------------------------------------------------------------
+# MQA / GQA: the key/value cache
+# ------------------------------------------------------------------------------------------
+
+
+def kv_cache_bytes(
+    num_layers: int,
+    num_kv_heads: int,
+    head_dim: int,
+    seq_len: int,
+    *,
+    batch_size: int = 1,
+    bytes_per_element: int = 2,
+) -> int:
+    """Bytes a decoder keeps to avoid recomputing keys and values: K and V, for every layer,
+    key/value head, position and sequence: ``2 · layers · H_kv · d_head · L · B · bytes``.
+
+    ``bytes_per_element`` is 2 for fp16/bf16, 4 for fp32. Query heads do not appear: a GQA
+    model with ``H`` query heads caches only its ``H_kv`` key/value heads.
+    """
+    factors = {
+        "num_layers": num_layers,
+        "num_kv_heads": num_kv_heads,
+        "head_dim": head_dim,
+        "seq_len": seq_len,
+        "batch_size": batch_size,
+        "bytes_per_element": bytes_per_element,
+    }
+    out = 2
+    for name, value in factors.items():
+        out *= check_positive_int(name, value)
+    return out

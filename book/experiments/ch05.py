@@ -1,0 +1,424 @@
+"""Experiments of chapter 5: how attention links distant tokens, and what the link costs.
+
+- C16 uses the generic helpers of :mod:`book.experiments.gradients` (path lengths in the
+  autograd graph, gradient norm against distance); nothing chapter-specific is needed here.
+- C17, :func:`topic_documents`: the chapter's running example, a long "document" whose label
+  depends on a topic token near its start and a conclusion token at its very end, with filler
+  in between. :func:`attention_maps` reads a trained model's attention weights and
+  :func:`topic_attention` summarises how the conclusion spreads its attention.
+- C18, :func:`measure_cost`: the exact bytes an attention call allocates (peak, by
+  :mod:`book.measure.memory`), its matrix-multiply FLOPs (torch's ``FlopCounterMode``, with
+  the in-place products added: :func:`book.measure.flops.matmul_flop_counter`) and its
+  median time.
+- C19, :class:`WindowAttention`, :class:`BigBirdAttention`, :class:`LinearAttention`: the
+  efficient variants of :mod:`attention.efficient` wrapped as ``attn_fn`` for
+  :class:`attention.blocks.SequenceClassifier`, each able to say which keys a query may see
+  (:meth:`allowed`), so that a chapter can draw a variant's reach and test it against the
+  dense reference.
+
+No attention is re-implemented here: the wrappers call the package's kernels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from attention._checks import check_positive_int, check_rank, check_tensor
+from attention.blocks import SequenceClassifier
+from attention.efficient.block_sparse import bigbird_layout, block_sparse_attention
+from attention.efficient.sliding_window import sliding_window_attention
+from attention.masks import block_layout_to_mask, sliding_window_mask
+from book.measure.flops import matmul_flop_counter
+from book.measure.memory import peak_extra_bytes
+from book.measure.timing import time_forward
+
+Tensor = torch.Tensor
+
+# ------------------------------------------------------------------------------------------
+# The running example: a long document whose label needs its first and its last token
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Documents:
+    """A batch of :func:`topic_documents`.
+
+    ``tokens (B, L)`` int64 ids; ``labels (B,)``; ``topic_positions (B,)`` where each topic
+    token sits; ``topics (B,)`` and ``conclusions (B,)`` their indices in ``0 .. T - 1``.
+    """
+
+    tokens: Tensor
+    labels: Tensor
+    topic_positions: Tensor
+    topics: Tensor
+    conclusions: Tensor
+
+
+def document_vocab_size(n_topics: int, n_fillers: int) -> int:
+    """Vocabulary of :func:`topic_documents`: ``n_topics`` topic ids, as many conclusion ids,
+    then the fillers."""
+    return 2 * check_positive_int("n_topics", n_topics) + check_positive_int("n_fillers", n_fillers)
+
+
+def topic_documents(
+    batch_size: int,
+    seq_len: int,
+    *,
+    n_topics: int = 2,
+    n_fillers: int = 32,
+    topic_span: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Documents:
+    """Random documents: a topic token near the start, filler, a conclusion token at the end.
+
+    Ids ``0 .. T-1`` are topic tokens, ``T .. 2T-1`` conclusion tokens, ``2T .. 2T+F-1``
+    fillers (``T = n_topics``, ``F = n_fillers``). Every document is fillers drawn uniformly,
+    except one topic token at a position drawn uniformly from ``[0, topic_span)`` (default
+    ``seq_len // 4``: the opening quarter) and one conclusion token at position ``L - 1``.
+    The label is ``(topic + conclusion) mod T``: the same conclusion means different things
+    under different topics, so neither token alone tells anything about the label (each
+    label is equally likely given either one), and a model must bring the two together
+    across the whole document.
+    """
+    batch_size = check_positive_int("batch_size", batch_size)
+    seq_len = check_positive_int("seq_len", seq_len)
+    n_topics = check_positive_int("n_topics", n_topics)
+    n_fillers = check_positive_int("n_fillers", n_fillers)
+    if n_topics < 2:
+        raise ValueError("n_topics must be >= 2 (one topic makes the label trivial), got 1")
+    if seq_len < 2:
+        raise ValueError(f"seq_len must be >= 2 (a topic and a conclusion), got {seq_len}")
+    span = max(1, seq_len // 4) if topic_span is None else topic_span
+    span = check_positive_int("topic_span", span)
+    if span > seq_len - 1:
+        raise ValueError(
+            f"topic_span must be <= seq_len - 1 = {seq_len - 1} (the last position holds the "
+            f"conclusion), got {span}"
+        )
+    first_filler = 2 * n_topics
+    tokens = torch.randint(
+        first_filler, first_filler + n_fillers, (batch_size, seq_len), generator=generator
+    )  # (B, L)
+    topics = torch.randint(n_topics, (batch_size,), generator=generator)  # (B,)
+    conclusions = torch.randint(n_topics, (batch_size,), generator=generator)  # (B,)
+    positions = torch.randint(span, (batch_size,), generator=generator)  # (B,)
+    rows = torch.arange(batch_size)
+    tokens[rows, positions] = topics
+    tokens[:, -1] = n_topics + conclusions
+    labels = (topics + conclusions) % n_topics  # (B,)
+    return Documents(tokens, labels, positions, topics, conclusions)
+
+
+# ------------------------------------------------------------------------------------------
+# Reading a trained model's attention
+# ------------------------------------------------------------------------------------------
+
+
+def attention_maps(model: SequenceClassifier, tokens: Tensor, *, layer: int = 0) -> Tensor:
+    """The attention weights ``(B, H, L, L)`` of encoder layer ``layer`` on ``tokens (B, L)``.
+
+    The model runs as usual (eval mode, no gradients); a hook catches the input of the layer's
+    attention module and runs that module once more with ``need_weights=True`` on the same
+    input and mask. Needs the reference attention (``attn_fn=None``): efficient kernels do
+    not form the weights. Row ``i`` of a map is how query ``i`` spreads over the keys.
+    """
+    if not isinstance(model, SequenceClassifier):
+        raise TypeError(
+            f"model must be an attention.blocks.SequenceClassifier, got {type(model).__name__}"
+        )
+    n_layers = len(model.encoder.layers)
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers:
+        raise ValueError(f"layer must be an int in [0, {n_layers}), got {layer!r}")
+    attn = model.encoder.layers[layer].self_attn
+    if attn.attn_fn is not None:
+        raise ValueError(
+            "attention_maps needs the reference attention (attn_fn=None): an efficient kernel "
+            "does not form the weights"
+        )
+    caught: list[Tensor] = []
+
+    def hook(module, args, kwargs, output):
+        if caught:  # the call below re-enters the hook
+            return
+        caught.append(torch.empty(0))  # mark as running
+        mask = kwargs.get("mask")
+        _, weights = module(
+            args[0], mask=mask, causal=kwargs.get("causal", False), need_weights=True
+        )
+        caught[0] = weights  # (B, H, L, L)
+
+    was_training = model.training
+    handle = attn.register_forward_hook(hook, with_kwargs=True)
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(tokens)
+    finally:
+        handle.remove()
+        model.train(was_training)
+    return caught[0]
+
+
+@dataclass(frozen=True)
+class TopicAttention:
+    """How the conclusion (the last query) spreads its attention, per document and head.
+
+    ``topic (B, H)``: weight on the topic token; ``filler (B, H)``: mean weight on one filler
+    token; ``own (B, H)``: weight on itself; ``reverse (B, H)``: the topic token's weight on
+    the conclusion (the other direction of the link).
+    """
+
+    topic: Tensor
+    filler: Tensor
+    own: Tensor
+    reverse: Tensor
+
+    @property
+    def ratio(self) -> float:
+        """Mean weight on the topic over mean weight on a filler token (all documents and
+        heads): 1 for attention that ignores content."""
+        return float(self.topic.mean() / self.filler.mean())
+
+
+def topic_attention(weights: Tensor, topic_positions: Tensor) -> TopicAttention:
+    """Summarise attention maps ``weights (B, H, L, L)`` of documents whose topic sits at
+    ``topic_positions (B,)`` and whose conclusion is the last token."""
+    check_tensor("weights", weights)
+    check_rank("weights", weights, 4, "[batch, heads, queries, keys]")
+    check_tensor("topic_positions", topic_positions)
+    b, _, lq, lk = weights.shape
+    if lq != lk or lk < 3:
+        raise ValueError(
+            f"weights must be self-attention maps (L, L) with L >= 3, got shape "
+            f"{tuple(weights.shape)}"
+        )
+    if topic_positions.shape != (b,):
+        raise ValueError(
+            f"topic_positions must have shape (batch,) = ({b},), got {tuple(topic_positions.shape)}"
+        )
+    if int(topic_positions.min()) < 0 or int(topic_positions.max()) >= lk - 1:
+        raise ValueError(
+            f"topic_positions must lie in [0, {lk - 2}], got {topic_positions.tolist()}"
+        )
+    rows = torch.arange(b)
+    last = weights[:, :, -1, :]  # (B, H, L): the conclusion's row
+    topic = last[rows, :, topic_positions]  # (B, H)
+    own = last[:, :, -1]  # (B, H)
+    filler = (last.sum(-1) - topic - own) / (lk - 2)  # (B, H): the other L - 2 keys
+    reverse = weights[rows, :, topic_positions, -1]  # (B, H): topic query, conclusion key
+    return TopicAttention(topic=topic, filler=filler, own=own, reverse=reverse)
+
+
+# ------------------------------------------------------------------------------------------
+# Efficient variants as attn_fn
+# ------------------------------------------------------------------------------------------
+
+
+def _no_mask(name: str, mask: Tensor | None, causal: bool) -> None:
+    """The wrapped kernels take no mask: accept only "no mask" or an all-True padding mask
+    (what ``SequenceClassifier`` passes for sequences without padding)."""
+    if causal:
+        raise ValueError(f"{name} is bidirectional here: expected causal=False, got True")
+    if mask is None:
+        return
+    check_tensor("mask", mask)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} takes no additive mask: expected None or bool, got {mask.dtype}")
+    if not bool(mask.all()):
+        raise ValueError(
+            f"{name} takes no mask: expected None or an all-True mask (no padding), got a mask "
+            f"that hides {int((~mask).sum())} entries"
+        )
+
+
+class WindowAttention:
+    """``attn_fn``: sliding-window attention, query ``i`` sees keys ``i - left .. i + right``,
+    plus Longformer global tokens (``global_positions``; negative values count from the end,
+    ``(-1,)`` makes the last token global). Wraps
+    :func:`attention.efficient.sliding_window.sliding_window_attention`."""
+
+    def __init__(self, left: int, right: int, global_positions: Sequence[int] = ()) -> None:
+        self.left = check_positive_int("left", left, allow_zero=True)
+        self.right = check_positive_int("right", right, allow_zero=True)
+        for p in global_positions:
+            if isinstance(p, bool) or not isinstance(p, int):
+                raise TypeError(f"global_positions must hold ints, got {global_positions!r}")
+        self.global_positions = tuple(global_positions)
+
+    def _globals(self, seq_len: int) -> Tensor | None:
+        if not self.global_positions:
+            return None
+        for p in self.global_positions:
+            if not -seq_len <= p < seq_len:
+                raise ValueError(f"global position {p} is outside a sequence of length {seq_len}")
+        return torch.tensor(sorted({p % seq_len for p in self.global_positions}))  # (G,)
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask=None, causal=False) -> Tensor:
+        _no_mask("WindowAttention", mask, causal)
+        g = self._globals(q.shape[-2])
+        return sliding_window_attention(q, k, v, left=self.left, right=self.right, global_tokens=g)
+
+    def allowed(self, seq_len: int) -> Tensor:
+        """The equivalent dense mask ``(L, L)``, bool, ``True`` = may attend."""
+        band = sliding_window_mask(seq_len, left=self.left, right=self.right)  # (L, L)
+        g = self._globals(seq_len)
+        if g is None:
+            return band
+        is_global = torch.zeros(seq_len, dtype=torch.bool)
+        is_global[g] = True
+        return band | is_global[:, None] | is_global[None, :]  # (L, L)
+
+    def __repr__(self) -> str:
+        extra = f", global_positions={self.global_positions}" if self.global_positions else ""
+        return f"WindowAttention(left={self.left}, right={self.right}{extra})"
+
+
+class BigBirdAttention:
+    """``attn_fn``: block-sparse attention on a BigBird layout (window, global and random
+    blocks; :func:`attention.efficient.block_sparse.bigbird_layout`). The random blocks are
+    drawn once per number of blocks from a generator seeded with ``seed``, so every call at a
+    given length uses the same layout."""
+
+    def __init__(
+        self, block_size: int, *, window: int = 1, n_global: int = 1, n_random: int = 1,
+        seed: int = 0,
+    ) -> None:  # fmt: skip
+        self.block_size = check_positive_int("block_size", block_size)
+        self.window = check_positive_int("window", window, allow_zero=True)
+        self.n_global = check_positive_int("n_global", n_global, allow_zero=True)
+        self.n_random = check_positive_int("n_random", n_random, allow_zero=True)
+        self.seed = seed
+        self._layouts: dict[int, Tensor] = {}
+
+    def layout(self, seq_len: int) -> Tensor:
+        """The block layout ``(n_blocks, n_blocks)`` used at length ``seq_len``."""
+        n_blocks = -(-check_positive_int("seq_len", seq_len) // self.block_size)
+        if n_blocks not in self._layouts:
+            self._layouts[n_blocks] = bigbird_layout(
+                n_blocks,
+                window=self.window,
+                n_global=self.n_global,
+                n_random=self.n_random,
+                generator=torch.Generator().manual_seed(self.seed),
+            )
+        return self._layouts[n_blocks]
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask=None, causal=False) -> Tensor:
+        _no_mask("BigBirdAttention", mask, causal)
+        layout = self.layout(q.shape[-2]).to(q.device)
+        return block_sparse_attention(q, k, v, layout, self.block_size)
+
+    def allowed(self, seq_len: int) -> Tensor:
+        """The equivalent dense mask ``(L, L)``, bool, ``True`` = may attend."""
+        return block_layout_to_mask(self.layout(seq_len), self.block_size, seq_len, seq_len)
+
+    def __repr__(self) -> str:
+        return (
+            f"BigBirdAttention(block_size={self.block_size}, window={self.window}, "
+            f"n_global={self.n_global}, n_random={self.n_random})"
+        )
+
+
+class LinearAttention:
+    """``attn_fn``: kernelised linear attention with ``φ(x) = elu(x) + 1``, non-causal
+    (:func:`attention.efficient.linear.linear_attention`). Every query sees every key, but
+    through a feature map instead of a softmax: the weights ``φ(q)·φ(k) / Σ_j φ(q)·φ(k_j)``
+    form a matrix of rank at most the head width."""
+
+    def __init__(self, eps: float = 1e-6) -> None:
+        self.eps = float(eps)
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask=None, causal=False) -> Tensor:
+        from attention.efficient.linear import linear_attention
+
+        _no_mask("LinearAttention", mask, causal)
+        return linear_attention(q, k, v, causal=False, eps=self.eps)
+
+    def allowed(self, seq_len: int) -> Tensor:
+        """Every key is reachable: ``(L, L)`` all ``True``."""
+        return torch.ones(check_positive_int("seq_len", seq_len), seq_len, dtype=torch.bool)
+
+    def __repr__(self) -> str:
+        return "LinearAttention()"
+
+
+# ------------------------------------------------------------------------------------------
+# Cost: bytes, FLOPs, seconds
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What :func:`measure_cost` measured for one call at one length.
+
+    ``peak_bytes``: most bytes the call allocated and held at once (output included, inputs
+    not), counted tensor by tensor; ``flops``: matrix-multiply FLOPs (2 per multiply-add) as
+    :func:`book.measure.flops.matmul_flop_counter` counts them; ``seconds``: median
+    wall-clock time (machine-dependent: show it, never assert it).
+    """
+
+    seq_len: int
+    peak_bytes: int
+    flops: int
+    seconds: float
+
+
+def make_qkv(
+    seq_len: int, *, batch_size: int = 1, num_heads: int = 2, head_dim: int = 32, seed: int = 0
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Random float32 ``q, k, v``, each ``(B, H, L, E)``, from a generator seeded ``seed``."""
+    shape = (
+        check_positive_int("batch_size", batch_size),
+        check_positive_int("num_heads", num_heads),
+        check_positive_int("seq_len", seq_len),
+        check_positive_int("head_dim", head_dim),
+    )
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(shape, generator=g) for _ in range(3))  # (B, H, L, E) each
+
+
+def measure_cost(
+    attn: Callable[[Tensor, Tensor, Tensor], Tensor],
+    seq_len: int,
+    *,
+    batch_size: int = 1,
+    num_heads: int = 2,
+    head_dim: int = 32,
+    repeats: int = 3,
+    timed: bool = True,
+) -> Cost:
+    """Bytes, FLOPs and time of one forward call ``attn(q, k, v)`` without autograd.
+
+    ``q, k, v`` come from :func:`make_qkv`. Memory and FLOPs are counted in separate calls
+    from the timed ones (the counting modes cost Python work per operator). ``timed=False``
+    skips the timing (``seconds`` is then NaN).
+    """
+    if not callable(attn):
+        raise TypeError(f"attn must be callable (q, k, v) -> out, got {type(attn).__name__}")
+    q, k, v = make_qkv(seq_len, batch_size=batch_size, num_heads=num_heads, head_dim=head_dim)
+    with torch.no_grad():
+        peak = peak_extra_bytes(lambda: attn(q, k, v))
+        counter = matmul_flop_counter()  # torch's counter + in-place products (flash)
+        with counter:
+            attn(q, k, v)
+    seconds = time_forward(lambda: attn(q, k, v), repeats=repeats) if timed else math.nan
+    return Cost(seq_len, int(peak), int(counter.get_total_flops()), seconds)
+
+
+def fit_power(lengths: Sequence[int], values: Sequence[float]) -> float:
+    """Least-squares slope of ``log value`` against ``log length``: the exponent ``p`` in
+    ``value ∝ length^p`` (2 for O(n²), 1 for O(n))."""
+    if len(lengths) != len(values) or len(lengths) < 2:
+        raise ValueError(
+            f"need as many values as lengths, at least 2; got {len(lengths)} lengths and "
+            f"{len(values)} values"
+        )
+    if min(lengths) <= 0 or min(values) <= 0:
+        raise ValueError("lengths and values must be > 0 to take logarithms")
+    x = torch.tensor([math.log(n) for n in lengths], dtype=torch.float64)
+    y = torch.tensor([math.log(v) for v in values], dtype=torch.float64)
+    return float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())

@@ -1,0 +1,65 @@
+"""Wall-clock timing for the chapters' demonstrations (shown, never asserted: machines differ).
+
+- :func:`time_forward`: the median of a few forward calls, without autograd.
+- :func:`min_seconds`: the fastest of a few calls, the better estimate on a shared machine.
+- :func:`one_thread`: run a block with one intra-op thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+
+from attention._checks import check_positive_int
+
+
+def time_forward(fn: Callable[[], object], repeats: int = 3, warmup: int = 1) -> float:
+    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs, after ``warmup`` runs,
+    without autograd. For showing, never for asserting: machines differ."""
+    repeats = check_positive_int("repeats", repeats)
+    warmup = check_positive_int("warmup", warmup, allow_zero=True)
+    times = []
+    with torch.no_grad():
+        for i in range(warmup + repeats):
+            start = time.perf_counter()
+            fn()
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def min_seconds(fn: Callable[[], object], *, repeats: int = 7, warmup: int = 2) -> float:
+    """Fastest wall time of ``fn()`` over ``repeats`` calls, after ``warmup`` untimed ones.
+
+    The minimum, not the mean: on a shared machine other processes only ever add time, so the
+    fastest run is the best estimate of what ``fn`` itself costs.
+    """
+    repeats = check_positive_int("repeats", repeats)
+    warmup = check_positive_int("warmup", warmup, allow_zero=True)
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run the block with one intra-op thread, then restore the previous setting.
+
+    For the book's tiny models: splitting a (64 × 12 × 32) matrix product across threads costs
+    more in synchronisation than it saves, and on a busy machine far more (chapter 3 measured a
+    10× slowdown with two threads on two shared cores).
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

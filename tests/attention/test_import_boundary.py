@@ -1,0 +1,88 @@
+"""The library stays torch-only: nothing under ``attention/`` imports the book's machinery
+(``book``, ``bench``, ``tests``) or the book's third-party tools (matplotlib, numpy, tqdm,
+IPython), statically or at run time."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LIBRARY = Path(__file__).resolve().parents[2] / "attention"
+FORBIDDEN = ("book", "bench", "tests", "matplotlib", "numpy", "tqdm", "IPython")
+# Besides the standard library, the library may import torch, and triton in its GPU path.
+ALLOWED_THIRD_PARTY = ("torch", "triton")
+
+
+def imported_modules(source: str) -> set[str]:
+    """Top-level names of every module ``source`` imports (``import``, ``from``, and
+    ``importlib.import_module("...")`` with a literal name); relative imports are skipped."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and not node.args[0].value.startswith(".")
+        ):
+            names.add(node.args[0].value.split(".")[0])
+    return names
+
+
+def test_the_static_scan_sees_every_kind_of_import():
+    source = (
+        "import numpy as np\nfrom book.claims import x\nfrom . import masks\n"
+        "import importlib\nimportlib.import_module('matplotlib.pyplot')\n"
+    )
+    assert imported_modules(source) == {"numpy", "book", "importlib", "matplotlib"}
+
+
+@pytest.mark.parametrize(
+    "path", sorted(LIBRARY.rglob("*.py")), ids=lambda p: str(p.relative_to(LIBRARY))
+)
+def test_no_library_file_imports_outside_torch_and_the_standard_library(path):
+    names = imported_modules(path.read_text(encoding="utf-8"))
+    outside = {
+        name
+        for name in names
+        if name not in sys.stdlib_module_names
+        and name not in ALLOWED_THIRD_PARTY
+        and name != "attention"
+    }
+    assert not outside, f"{path.relative_to(LIBRARY.parent)} imports {sorted(outside)}"
+    assert not names & set(FORBIDDEN)
+
+
+CHILD = """
+import importlib, json, pkgutil, sys
+for name in {forbidden!r}:
+    sys.modules[name] = None  # any import of it now raises ImportError
+import attention
+modules = [m.name for m in pkgutil.walk_packages(attention.__path__, "attention.")]
+for name in modules:
+    importlib.import_module(name)
+print(json.dumps(modules))
+"""
+
+
+def test_every_library_module_imports_with_the_book_and_its_tools_absent():
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", CHILD.format(forbidden=FORBIDDEN)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=LIBRARY.parent,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    modules = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "attention.efficient.flash" in modules and "attention.gpu.flex" in modules

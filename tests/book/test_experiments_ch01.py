@@ -1,0 +1,166 @@
+"""book.experiments.ch01 against independent references: per-row loops over the task's
+batches, torch's fused nn.LSTM for the unrolled loop and the classifier, and a task that a
+trained model must solve."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from book.experiments.ch01 import (
+    LSTMClassifier,
+    signal_batch,
+    unrolled_lstm,
+)
+
+FAST = settings(max_examples=25, deadline=None)
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ------------------------------------------------------------------------------------------
+# signal_batch
+# ------------------------------------------------------------------------------------------
+
+
+@FAST
+@given(
+    batch=st.integers(1, 6),
+    seq_len=st.integers(1, 40),
+    n_classes=st.integers(1, 5),
+    n_distractors=st.integers(1, 6),
+    data=st.data(),
+)
+def test_signal_batch_places_the_label_token_in_the_window(
+    batch, seq_len, n_classes, n_distractors, data
+):
+    start = data.draw(st.integers(-seq_len, seq_len - 1))
+    first = start % seq_len
+    stop = data.draw(st.integers(first + 1, seq_len))
+    n_copies = data.draw(st.integers(1, stop - first))
+    tokens, labels = signal_batch(
+        batch,
+        seq_len,
+        n_classes=n_classes,
+        n_distractors=n_distractors,
+        signal_positions=(start, stop),
+        n_copies=n_copies,
+        generator=_gen(seq_len),
+    )
+    assert tokens.shape == (batch, seq_len) and labels.shape == (batch,)
+    assert tokens.dtype == labels.dtype == torch.int64
+    for row, label in zip(tokens.tolist(), labels.tolist(), strict=True):
+        assert 0 <= label < n_classes
+        signal_at = [j for j, tok in enumerate(row) if tok < n_classes]
+        assert len(signal_at) == n_copies  # distinct positions, nothing outside the window
+        assert all(first <= j < stop for j in signal_at)
+        assert all(row[j] == label for j in signal_at)
+        assert all(n_classes <= tok < n_classes + n_distractors for tok in row if tok >= n_classes)
+
+
+def test_signal_batch_is_reproducible_and_covers_every_class_and_position():
+    a = signal_batch(2000, 30, signal_positions=(-5, 30), generator=_gen(1))
+    b = signal_batch(2000, 30, signal_positions=(-5, 30), generator=_gen(1))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    tokens, labels = a
+    assert set(labels.tolist()) == {0, 1, 2, 3}
+    where = (tokens < 4).float().argmax(1)  # one copy: its position
+    assert set(where.tolist()) == {25, 26, 27, 28, 29}
+
+
+def test_signal_batch_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="signal_positions"):
+        signal_batch(2, 10, signal_positions=(5, 5))
+    with pytest.raises(ValueError, match="signal_positions"):
+        signal_batch(2, 10, signal_positions=(0, 11))
+    with pytest.raises(TypeError, match="signal_positions"):
+        signal_batch(2, 10, signal_positions=[0, 5])
+    with pytest.raises(ValueError, match="n_copies must be <="):
+        signal_batch(2, 10, signal_positions=(0, 3), n_copies=4)
+    with pytest.raises(ValueError, match="batch_size"):
+        signal_batch(0, 10)
+    with pytest.raises(TypeError, match="seq_len"):
+        signal_batch(2, 10.0)
+
+
+# ------------------------------------------------------------------------------------------
+# unrolled_lstm and LSTMClassifier
+# ------------------------------------------------------------------------------------------
+
+
+def _lstm_with_cell_weights(cell: nn.LSTMCell) -> nn.LSTM:
+    lstm = nn.LSTM(cell.input_size, cell.hidden_size, batch_first=True).to(cell.weight_ih.dtype)
+    with torch.no_grad():
+        lstm.weight_ih_l0.copy_(cell.weight_ih)
+        lstm.weight_hh_l0.copy_(cell.weight_hh)
+        lstm.bias_ih_l0.copy_(cell.bias_ih)
+        lstm.bias_hh_l0.copy_(cell.bias_hh)
+    return lstm
+
+
+@settings(max_examples=15, deadline=None)
+@given(batch=st.integers(1, 3), length=st.integers(1, 8), dim=st.integers(1, 4))
+def test_unrolled_lstm_equals_torch_lstm(batch, length, dim):
+    torch.manual_seed(length)
+    cell = nn.LSTMCell(dim, 6).double()
+    lstm = _lstm_with_cell_weights(cell)
+    x = torch.randn(batch, length, dim, dtype=torch.float64, generator=_gen(dim))
+    want, _ = lstm(x)  # (B, L, 6)
+    torch.testing.assert_close(unrolled_lstm(cell, x), want, rtol=1e-12, atol=1e-12)
+    # One leaf per step gives the same numbers.
+    torch.testing.assert_close(unrolled_lstm(cell, list(x.unbind(1))), want, rtol=1e-12, atol=1e-12)
+    # An initial state is used.
+    h0 = torch.randn(batch, 6, dtype=torch.float64, generator=_gen(1))
+    c0 = torch.randn(batch, 6, dtype=torch.float64, generator=_gen(2))
+    want, (h_n, c_n) = lstm(x, (h0[None], c0[None]))
+    torch.testing.assert_close(unrolled_lstm(cell, x, (h0, c0)), want, rtol=1e-12, atol=1e-12)
+    got, (h, c) = unrolled_lstm(cell, x, (h0, c0), return_state=True)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close((h, c), (h_n[0], c_n[0]), rtol=1e-12, atol=1e-12)
+
+
+def test_unrolled_lstm_final_state_path_grows_with_distance():
+    """Each token's shortest path to the final state crosses every later step."""
+    from book.experiments.gradients import autograd_path_lengths
+
+    cell = nn.LSTMCell(3, 4)
+    xs = [torch.randn(1, 3, requires_grad=True) for _ in range(6)]
+    _, (h, _) = unrolled_lstm(cell, xs, return_state=True)
+    paths = autograd_path_lengths(h, xs)
+    gaps = {a - b for a, b in zip(paths[:-2], paths[1:-1], strict=True)}
+    assert len(gaps) == 1 and gaps.pop() > 0  # the same cost per step, all the way back
+
+
+def test_unrolled_lstm_rejects_bad_inputs():
+    cell = nn.LSTMCell(3, 4)
+    with pytest.raises(TypeError, match="cell must be a torch.nn.LSTMCell"):
+        unrolled_lstm(nn.LSTM(3, 4), torch.randn(1, 2, 3))
+    with pytest.raises(ValueError, match="x must have 3 dimensions"):
+        unrolled_lstm(cell, torch.randn(2, 3))
+    with pytest.raises(ValueError, match="empty"):
+        unrolled_lstm(cell, [])
+    with pytest.raises(ValueError, match=r"x\[1\] must have 2 dimensions"):
+        unrolled_lstm(cell, [torch.randn(1, 3), torch.randn(1, 1, 3)])
+
+
+@pytest.mark.parametrize("num_layers", [1, 2])
+def test_lstm_classifier_reads_the_last_state_of_the_top_layer(num_layers):
+    torch.manual_seed(0)
+    model = LSTMClassifier(10, 3, 4, 5, num_layers).double()
+    tokens = torch.randint(0, 10, (2, 7), generator=_gen())
+    outputs, _ = model.lstm(model.embed(tokens))  # (B, L, hidden): the top layer, every step
+    want = model.head(outputs[:, -1])  # (B, 3)
+    torch.testing.assert_close(model(tokens), want, rtol=1e-12, atol=1e-12)
+
+
+def test_lstm_classifier_rejects_bad_tokens():
+    model = LSTMClassifier(10, 3, 4, 5)
+    with pytest.raises(TypeError, match="integer tensor"):
+        model(torch.randn(2, 7))
+    with pytest.raises(ValueError, match="tokens must have 2 dimensions"):
+        model(torch.zeros(7, dtype=torch.long))

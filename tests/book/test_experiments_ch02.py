@@ -1,0 +1,266 @@
+"""book.experiments.ch02 against independent references: the closed-form variance of a
+dot product, autograd's Jacobian of torch.softmax, torch.distributions' entropy, per-row loops
+over the retrieval batches, and the float64 naive attention."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from book.experiments.ch02 import (
+    RetrievalModel,
+    dot_product_scores,
+    dot_product_stats,
+    gradient_snapshot,
+    retrieval_batch,
+    saturation_stats,
+    softmax_jacobian,
+    train_retrieval,
+    unit_variance_samples,
+)
+from tests.reference import naive_attention_float64
+
+FAST = settings(max_examples=25, deadline=None)
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ------------------------------------------------------------------------------------------
+# C5: variance of q · k
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("distribution", ["normal", "uniform", "rademacher"])
+def test_unit_variance_samples_have_mean_0_and_variance_1(distribution):
+    x = unit_variance_samples((200_000,), distribution, generator=_gen())
+    assert x.dtype == torch.float32
+    assert abs(float(x.mean())) < 0.01
+    assert abs(float(x.var()) - 1.0) < 0.02
+
+
+def test_unit_variance_samples_rejects_unknown_distribution():
+    with pytest.raises(ValueError, match="distribution"):
+        unit_variance_samples((3,), "cauchy")
+
+
+@pytest.mark.parametrize("distribution", ["normal", "uniform", "rademacher"])
+@pytest.mark.parametrize("d_k", [1, 8, 64])
+def test_dot_product_variance_matches_d_k(distribution, d_k):
+    stats = dot_product_stats(d_k, 20_000, distribution=distribution, generator=_gen(d_k))
+    # Theory: mean 0, variance d_k; 20k samples give a relative error of about 1-2 %.
+    assert abs(stats.mean) < 4 * math.sqrt(d_k / 20_000)
+    assert stats.var == pytest.approx(d_k, rel=0.06)
+    assert stats.scaled_var == pytest.approx(1.0, rel=0.06)
+    assert stats.scaled_var == pytest.approx(stats.var / d_k, rel=1e-9)
+
+
+def test_dot_product_stats_equals_a_direct_computation():
+    n, d_k = 1000, 12
+    stats = dot_product_stats(d_k, n, generator=_gen(3), chunk=n)
+    g = _gen(3)
+    q, k = torch.randn(n, d_k, generator=g), torch.randn(n, d_k, generator=g)
+    s = torch.einsum("nd,nd->n", q.double(), k.double())
+    assert stats.mean == pytest.approx(float(s.mean()), abs=1e-9)
+    assert stats.var == pytest.approx(float(s.var()), rel=1e-9)
+
+
+def test_dot_product_stats_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="d_k"):
+        dot_product_stats(0)
+    with pytest.raises(ValueError, match="n_samples"):
+        dot_product_stats(4, 1)
+    with pytest.raises(TypeError, match="d_k"):
+        dot_product_stats(4.0)
+
+
+# ------------------------------------------------------------------------------------------
+# C6: softmax saturation
+# ------------------------------------------------------------------------------------------
+
+
+@FAST
+@given(n=st.integers(1, 7), rows=st.integers(1, 3), spread=st.floats(0.1, 20.0))
+def test_softmax_jacobian_matches_autograd(n, rows, spread):
+    s = torch.randn(rows, n, generator=_gen(n), dtype=torch.float64) * spread
+    got = softmax_jacobian(torch.softmax(s, dim=-1))  # (rows, n, n)
+    for r in range(rows):
+        want = torch.autograd.functional.jacobian(lambda x: torch.softmax(x, dim=-1), s[r])
+        torch.testing.assert_close(got[r], want)
+
+
+def test_softmax_jacobian_vanishes_at_one_hot():
+    p = torch.tensor([0.0, 1.0, 0.0])
+    assert torch.equal(softmax_jacobian(p), torch.zeros(3, 3))
+
+
+@pytest.mark.parametrize("n", [1, 2, 10, 64])
+def test_saturation_of_equal_scores_is_the_uniform_case(n):
+    sat = saturation_stats(torch.zeros(5, n))
+    assert sat.max_weight == pytest.approx(1.0 / n)
+    assert sat.entropy == pytest.approx(math.log(n), abs=1e-12)
+    # |I/n - 11ᵀ/n²|_F = sqrt(n - 1) / n, worked out by hand.
+    assert sat.jacobian_mean == pytest.approx(math.sqrt(n - 1) / n)
+    assert sat.jacobian_median == pytest.approx(math.sqrt(n - 1) / n)
+
+
+def test_saturation_stats_match_torch_references():
+    s = torch.randn(50, 16, generator=_gen(1)) * 3.0
+    sat = saturation_stats(s)
+    entropy = torch.distributions.Categorical(logits=s.double()).entropy().mean()
+    assert sat.entropy == pytest.approx(float(entropy), rel=1e-9)
+    assert sat.max_weight == pytest.approx(float(torch.softmax(s.double(), -1).amax(-1).mean()))
+    assert sat.score_std == pytest.approx(float(s.double().std()))
+    norms = []
+    for row in s.double():
+        jac = torch.autograd.functional.jacobian(lambda x: torch.softmax(x, dim=-1), row)
+        norms.append(float(jac.norm()))
+    assert sat.jacobian_mean == pytest.approx(sum(norms) / len(norms), rel=1e-9)
+
+
+def test_saturation_grows_with_the_spread_of_the_scores():
+    base = torch.randn(400, 32, generator=_gen(2))
+    low, high = saturation_stats(base), saturation_stats(base * 30.0)
+    assert high.max_weight > 0.8 > 0.3 > low.max_weight
+    assert high.entropy < 0.2 * low.entropy
+    assert high.jacobian_median < 0.1 * low.jacobian_median
+
+
+def test_saturation_stats_refuses_wrong_rank():
+    with pytest.raises(ValueError, match="scores"):
+        saturation_stats(torch.zeros(2, 3, 4))
+
+
+def test_dot_product_scores_scaled_is_unscaled_over_sqrt_d_k():
+    raw = dot_product_scores(200, 16, 256, scaled=False, generator=_gen(4))
+    scaled = dot_product_scores(200, 16, 256, scaled=True, generator=_gen(4))
+    assert raw.shape == (200, 16)
+    torch.testing.assert_close(scaled, raw / 16.0)
+    assert float(raw.var()) == pytest.approx(256.0, rel=0.1)
+
+
+# ------------------------------------------------------------------------------------------
+# C7: the retrieval task and its model
+# ------------------------------------------------------------------------------------------
+
+
+@FAST
+@given(
+    batch_size=st.integers(1, 6),
+    n_pairs=st.integers(1, 6),
+    extra_keys=st.integers(0, 5),
+    n_values=st.integers(1, 9),
+    seed=st.integers(0, 1000),
+)
+def test_retrieval_batch_is_a_valid_lookup(batch_size, n_pairs, extra_keys, n_values, seed):
+    n_keys = n_pairs + extra_keys
+    b = retrieval_batch(batch_size, n_pairs, n_keys, n_values, generator=_gen(seed))
+    assert b.keys.shape == b.values.shape == (batch_size, n_pairs)
+    assert b.query.shape == b.target.shape == (batch_size,)
+    for row in range(batch_size):
+        keys = b.keys[row].tolist()
+        assert len(set(keys)) == n_pairs and all(0 <= k < n_keys for k in keys)
+        assert all(0 <= v < n_values for v in b.values[row].tolist())
+        position = keys.index(int(b.query[row]))
+        assert int(b.target[row]) == int(b.values[row, position])
+
+
+def test_retrieval_batch_refuses_more_pairs_than_keys():
+    with pytest.raises(ValueError, match="n_pairs"):
+        retrieval_batch(2, 5, 4, 3)
+
+
+@pytest.mark.parametrize("scaled", [True, False])
+def test_retrieval_model_equals_naive_attention(scaled):
+    torch.manual_seed(0)
+    model = RetrievalModel(10, 7, 8, 16, scaled=scaled).double()
+    b = retrieval_batch(5, 4, 10, 7, generator=_gen())
+    logits, weights = model(b.keys, b.values, b.query, return_weights=True)
+    q, k, v = model.project(b.keys, b.values, b.query)
+    # The naive reference always divides by sqrt(d_k); undo it for the unscaled model.
+    q_ref = q if scaled else q * math.sqrt(16)
+    out = naive_attention_float64(q_ref, k, v)  # (B, 1, 1, D)
+    torch.testing.assert_close(logits, model.readout(out[:, 0, 0]))
+    assert logits.shape == (5, 7) and weights.shape == (5, 4)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(5, dtype=torch.float64))
+
+
+def test_scaled_and_unscaled_models_start_from_the_same_weights():
+    torch.manual_seed(7)
+    a = RetrievalModel(10, 7, 8, 16, scaled=True)
+    torch.manual_seed(7)
+    b = RetrievalModel(10, 7, 8, 16, scaled=False)
+    for (name, p), (_, p2) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(p, p2), name
+    assert a.scale == pytest.approx(0.25) and b.scale == 1.0
+
+
+def test_initial_scores_have_the_spread_the_derivation_predicts():
+    d_k = 256
+    b = retrieval_batch(512, 8, 64, 64, generator=_gen())
+    for scaled, want in ((False, math.sqrt(d_k)), (True, 1.0)):
+        torch.manual_seed(0)
+        model = RetrievalModel(64, 64, 32, d_k, scaled=scaled)
+        with torch.no_grad():
+            q, k, _ = model.project(b.keys, b.values, b.query)
+            std = float((q @ k.transpose(-2, -1)).std()) * model.scale
+        assert 0.8 * want < std < 1.25 * want
+
+
+def test_retrieval_model_refuses_mismatched_inputs():
+    model = RetrievalModel(10, 7, 8, 16)
+    with pytest.raises(ValueError, match="keys"):
+        model(
+            torch.zeros(2, 3, dtype=torch.long),
+            torch.zeros(2, 4, dtype=torch.long),
+            torch.zeros(2, dtype=torch.long),
+        )
+
+
+def test_gradient_snapshot_agrees_with_the_model_forward():
+    torch.manual_seed(0)
+    model = RetrievalModel(16, 16, 8, 32, scaled=False)
+    b = retrieval_batch(64, 6, 16, 16, generator=_gen(1))
+    snap = gradient_snapshot(model, b)
+    assert all(p.grad is None for p in model.parameters())
+    F.cross_entropy(model(b.keys, b.values, b.query), b.target).backward()
+    assert snap.w_q_grad_norm == pytest.approx(float(model.w_q.weight.grad.norm()), rel=1e-4)
+    assert 0.1 <= snap.top_decile_share <= 1.0
+    assert 0.0 <= snap.score_grad_median and snap.score_grad_mean > 0.0
+
+
+def test_train_retrieval_is_deterministic_and_learns():
+    kwargs = dict(
+        d_k=16,
+        steps=80,
+        batch_size=32,
+        n_pairs=4,
+        n_keys=16,
+        n_values=16,
+        d_model=16,
+        lr=3e-3,
+        eval_size=256,
+    )
+    a = train_retrieval(scaled=True, **kwargs)
+    b = train_retrieval(scaled=True, **kwargs)
+    assert a.losses == b.losses and a.accuracy == b.accuracy
+    assert len(a.losses) == 80
+    assert sum(a.losses[-10:]) / 10 < 0.8 * sum(a.losses[:10]) / 10
+    assert 0.0 <= a.accuracy <= 1.0
+    c = train_retrieval(scaled=False, **{**kwargs, "steps": 1})
+    assert c.init_score_std == pytest.approx(a.init_score_std * 4.0, rel=1e-4)
+
+
+def test_train_retrieval_restores_the_thread_setting():
+    before = torch.get_num_threads()
+    run = train_retrieval(scaled=True, d_k=8, steps=2, batch_size=4, n_pairs=2, n_keys=4,
+                          n_values=4, d_model=8, eval_size=8, num_threads=1)  # fmt: skip
+    assert torch.get_num_threads() == before and len(run.losses) == 2
+    with pytest.raises(ValueError, match="num_threads"):
+        train_retrieval(scaled=True, steps=1, num_threads=0)

@@ -1,0 +1,233 @@
+"""book.experiments.ch03 against independent references: torch's FlopCounterMode for the
+FLOP count, per-row loops for the pairs task and the head masses, and the byte size of real
+key/value tensors for the cache formula."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.flop_counter import FlopCounterMode
+
+from attention.heads import MultiHeadAttention
+from book.experiments.ch03 import (
+    IGNORE,
+    SOFTMAX_FLOPS_PER_SCORE,
+    PairModel,
+    head_relation_mass,
+    kv_cache_bytes,
+    mha_flops,
+    pair_token_id,
+    pair_token_names,
+    pairs_batch,
+    pairs_loss,
+    relation_accuracy,
+    train_pairs,
+)
+
+FAST = settings(max_examples=25, deadline=None)
+FEW = settings(max_examples=12, deadline=None)  # each example runs a real forward pass
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ------------------------------------------------------------------------------------------
+# C8: FLOPs
+# ------------------------------------------------------------------------------------------
+
+
+@FEW
+@given(
+    seq_len=st.integers(1, 9),
+    d_head=st.integers(1, 4),
+    heads_and_kv=st.sampled_from([(1, 1), (2, 1), (2, 2), (4, 1), (4, 2), (4, 4), (6, 3)]),
+    batch_size=st.integers(1, 3),
+)
+def test_matmul_flops_equal_torch_flop_counter(seq_len, d_head, heads_and_kv, batch_size):
+    num_heads, num_kv_heads = heads_and_kv
+    d_model = num_heads * d_head
+    mha = MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads)
+    x = torch.randn(batch_size, seq_len, d_model, generator=_gen(seq_len))  # (B, L, D)
+    with FlopCounterMode(display=False) as counter:
+        mha(x)
+    ours = mha_flops(seq_len, d_model, num_heads, num_kv_heads=num_kv_heads, batch_size=batch_size)
+    assert ours.matmul == counter.get_total_flops()
+
+
+def test_flops_of_h_heads_differ_from_one_head_only_by_the_softmax():
+    one = mha_flops(128, 256, 1)
+    for h in (2, 4, 8, 16):
+        many = mha_flops(128, 256, h)
+        assert many.matmul == one.matmul  # every matrix product costs exactly the same
+        assert many.scores == one.scores == 2 * 128 * 128 * 256
+        assert many.softmax == h * one.softmax == SOFTMAX_FLOPS_PER_SCORE * h * 128 * 128
+        assert many.total - one.total == (h - 1) * SOFTMAX_FLOPS_PER_SCORE * 128 * 128
+
+
+def test_flops_closed_form_for_bert_base_shape():
+    f = mha_flops(512, 768, 12)
+    assert f.q_proj == f.out_proj == 2 * 512 * 768 * 768
+    assert f.kv_proj == 2 * f.q_proj
+    assert f.weighted_sum == f.scores == 2 * 512 * 512 * 768
+    assert f.total == f.matmul + 6 * 12 * 512 * 512
+
+
+def test_flops_refuse_bad_arguments():
+    with pytest.raises(ValueError, match="divisible by num_heads"):
+        mha_flops(4, 10, 3)
+    with pytest.raises(ValueError, match="divisible by num_kv_heads"):
+        mha_flops(4, 12, 4, num_kv_heads=3)
+    with pytest.raises(ValueError, match="seq_len"):
+        mha_flops(0, 8, 2)
+    with pytest.raises(TypeError, match="num_heads"):
+        mha_flops(4, 8, 2.0)
+
+
+# ------------------------------------------------------------------------------------------
+# C9, C10: the pairs task
+# ------------------------------------------------------------------------------------------
+
+
+def _decode(token: int, n_keys: int, n_values: int) -> tuple[int, int, int]:
+    """(form, key, value) of an id, written independently of pair_token_id."""
+    form, rest = divmod(token, n_keys * n_values)
+    key, value = divmod(rest, n_values)
+    return form, key, value
+
+
+@FAST
+@given(
+    batch_size=st.integers(1, 4),
+    n_pairs=st.integers(2, 6),
+    extra_keys=st.integers(0, 3),
+    n_values=st.integers(1, 9),
+    seed=st.integers(0, 1000),
+)
+def test_pairs_batch_matches_its_definition_row_by_row(
+    batch_size, n_pairs, extra_keys, n_values, seed
+):
+    n_keys = n_pairs + extra_keys
+    b = pairs_batch(batch_size, n_pairs, n_values, n_keys=n_keys, generator=_gen(seed))
+    seq_len = 2 * n_pairs
+    assert b.tokens.shape == b.partner.shape == (batch_size, seq_len)
+    assert b.targets.shape == (batch_size, seq_len, 2)
+    for row in range(batch_size):
+        decoded = [_decode(int(t), n_keys, n_values) for t in b.tokens[row]]
+        keys_by_form = [sorted(k for f, k, _ in decoded if f == form) for form in (0, 1)]
+        assert keys_by_form[0] == keys_by_form[1]  # each letter once lower, once upper case
+        assert len(set(keys_by_form[0])) == n_pairs  # distinct letters
+        for t, (form, key, _) in enumerate(decoded):
+            p = int(b.partner[row, t])
+            assert decoded[p][0] == 1 - form and decoded[p][1] == key  # same letter, other case
+            assert int(b.partner[row, p]) == t  # partnership is symmetric
+            assert int(b.targets[row, t, 1]) == decoded[p][2]  # the partner's digit
+            expected_prev = IGNORE if t == 0 else decoded[t - 1][2]
+            assert int(b.targets[row, t, 0]) == expected_prev  # the previous token's digit
+
+
+def test_pairs_batch_is_reproducible_and_ids_round_trip():
+    a = pairs_batch(3, 4, 5, n_keys=6, generator=_gen(7))
+    b = pairs_batch(3, 4, 5, n_keys=6, generator=_gen(7))
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.targets, b.targets)
+    assert pair_token_id(1, 2, 3, 6, 5) == (6 + 2) * 5 + 3
+    names = pair_token_names(
+        torch.tensor([pair_token_id(0, 0, 3, 6, 5), pair_token_id(1, 2, 4, 6, 5)]), 6, 5
+    )
+    assert names == ["a3", "C4"]
+
+
+def test_pairs_batch_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="n_pairs must be <= n_keys"):
+        pairs_batch(2, 5, 3, n_keys=4)
+    with pytest.raises(ValueError, match="n_pairs must be >= 2"):
+        pairs_batch(2, 1, 3)
+    with pytest.raises(ValueError, match="n_keys must be <= 26"):
+        pair_token_names(torch.tensor([0]), 27, 2)
+
+
+def test_head_relation_mass_equals_a_loop():
+    g = _gen(3)
+    b = pairs_batch(3, 4, 5, generator=g)
+    weights = torch.softmax(torch.randn(3, 2, 8, 8, generator=g), dim=-1)  # (B, H, L, L)
+    got = head_relation_mass(weights, b.partner)
+    expected = torch.zeros(2, 2)
+    count = 0
+    for row in range(3):
+        for t in range(1, 8):
+            p = int(b.partner[row, t])
+            if p == t - 1:
+                continue
+            count += 1
+            for h in range(2):
+                expected[h, 0] += weights[row, h, t, t - 1]
+                expected[h, 1] += weights[row, h, t, p]
+    torch.testing.assert_close(got, expected / count)
+
+
+def test_head_relation_mass_refuses_a_wrong_partner_shape():
+    with pytest.raises(ValueError, match="partner must have shape"):
+        head_relation_mass(torch.rand(2, 1, 4, 4), torch.zeros(2, 5, dtype=torch.long))
+
+
+def test_relation_accuracy_and_loss_skip_ignored_targets():
+    targets = torch.tensor([[[IGNORE, 1], [0, 2]]])  # (B=1, L=2, 2)
+    logits = torch.zeros(1, 2, 2, 3)
+    logits[0, 0, 1, 1] = logits[0, 1, 0, 0] = 5.0  # right on both counted previous/partner
+    logits[0, 1, 1, 0] = 5.0  # wrong partner digit at t=1 (2 expected)
+    assert relation_accuracy(logits, targets) == (1.0, 0.5)
+    flat = F.cross_entropy(logits.reshape(-1, 3)[1:], targets.reshape(-1)[1:])
+    torch.testing.assert_close(pairs_loss(logits, targets), flat)
+
+
+@pytest.mark.parametrize("positional", ["rope", "sinusoidal", "learned"])
+def test_pair_model_shapes_and_weights(positional):
+    torch.manual_seed(0)
+    model = PairModel(4, 5, 8, 16, 4, positional=positional)
+    b = pairs_batch(3, 4, 5, generator=_gen(1))
+    logits, weights = model(b.tokens, need_weights=True)
+    assert logits.shape == (3, 8, 2, 5) and weights.shape == (3, 4, 8, 8)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, 8))
+    torch.testing.assert_close(model(b.tokens), logits)
+
+
+def test_pair_model_refuses_unknown_positional():
+    with pytest.raises(ValueError, match="positional"):
+        PairModel(4, 5, 8, 16, 4, positional="alibi")
+
+
+def test_train_pairs_is_deterministic_and_learns():
+    a = train_pairs(num_heads=2, steps=80, batch_size=32, eval_size=64, seed=1)
+    b = train_pairs(num_heads=2, steps=20, batch_size=32, eval_size=64, seed=1)
+    assert len(a.losses) == 80 and a.losses[:20] == b.losses  # same seed, same run
+    assert a.head_mass.shape == (2, 2)
+    assert sum(a.losses[-10:]) / 10 < 0.85 * a.losses[0]  # below ln 8: it uses the context
+
+
+# ------------------------------------------------------------------------------------------
+# MQA / GQA: the cache
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
+def test_kv_cache_bytes_equals_the_size_of_real_key_value_tensors(num_kv_heads):
+    num_layers, batch_size, seq_len, d_model, num_heads = 3, 2, 7, 32, 4
+    layers = [
+        MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads).to(torch.bfloat16)
+        for _ in range(num_layers)
+    ]
+    x = torch.randn(batch_size, seq_len, d_model, dtype=torch.bfloat16)  # (B, L, D)
+    cached = sum(m.k_proj(x).nbytes + m.v_proj(x).nbytes for m in layers)  # what a cache holds
+    got = kv_cache_bytes(
+        num_layers, num_kv_heads, d_model // num_heads, seq_len, batch_size=batch_size
+    )
+    assert got == cached
+
+
+def test_kv_cache_bytes_realistic_config_and_bad_input():
+    assert kv_cache_bytes(32, 32, 128, 4096) == 2 * 1024**3  # 2 GiB in fp16
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        kv_cache_bytes(32, 0, 128, 4096)

@@ -1,0 +1,344 @@
+"""book.experiments.ch05 against independent references: per-row loops over the generated
+documents, the dense reference attention under each wrapper's mask, the float64 formula of
+linear attention, a manual forward pass for the attention maps, and known byte/FLOP counts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attention.blocks import SequenceClassifier
+from attention.efficient.flash import flash_attention
+from attention.functional import scaled_dot_product_attention
+from attention.masks import padding_mask
+from book.experiments.ch05 import (
+    BigBirdAttention,
+    LinearAttention,
+    WindowAttention,
+    attention_maps,
+    document_vocab_size,
+    fit_power,
+    make_qkv,
+    measure_cost,
+    topic_attention,
+    topic_documents,
+)
+from tests.reference import naive_attention_float64
+
+FAST = settings(max_examples=25, deadline=None)
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ------------------------------------------------------------------------------------------
+# topic_documents
+# ------------------------------------------------------------------------------------------
+
+
+@FAST
+@given(
+    batch=st.integers(1, 6),
+    seq_len=st.integers(2, 40),
+    n_topics=st.integers(2, 4),
+    n_fillers=st.integers(1, 5),
+    seed=st.integers(0, 10_000),
+)
+def test_documents_follow_the_recipe_row_by_row(batch, seq_len, n_topics, n_fillers, seed):
+    docs = topic_documents(
+        batch, seq_len, n_topics=n_topics, n_fillers=n_fillers, generator=_gen(seed)
+    )
+    span = max(1, seq_len // 4)
+    assert docs.tokens.shape == (batch, seq_len) and docs.tokens.dtype == torch.int64
+    for b in range(batch):
+        row = docs.tokens[b].tolist()
+        topic, conclusion = int(docs.topics[b]), int(docs.conclusions[b])
+        pos = int(docs.topic_positions[b])
+        assert 0 <= pos < span
+        assert row[pos] == topic < n_topics
+        assert row[-1] == n_topics + conclusion
+        others = [t for j, t in enumerate(row) if j not in (pos, seq_len - 1)]
+        assert all(2 * n_topics <= t < 2 * n_topics + n_fillers for t in others)
+        assert int(docs.labels[b]) == (topic + conclusion) % n_topics
+    assert int(docs.tokens.max()) < document_vocab_size(n_topics, n_fillers)
+
+
+def test_documents_are_reproducible_and_balanced():
+    a = topic_documents(4000, 16, generator=_gen(3))
+    b = topic_documents(4000, 16, generator=_gen(3))
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.labels, b.labels)
+    # Neither token alone tells the label.
+    for part in (a.topics, a.conclusions):
+        for i in range(2):
+            assert abs(a.labels[part == i].float().mean().item() - 0.5) < 0.04
+
+
+def test_topic_span_is_respected():
+    docs = topic_documents(500, 20, topic_span=19, generator=_gen(1))
+    assert int(docs.topic_positions.max()) == 18
+    docs = topic_documents(200, 20, topic_span=1, generator=_gen(1))
+    assert bool((docs.topic_positions == 0).all())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"batch_size": 0, "seq_len": 8}, ValueError, "batch_size"),
+        ({"batch_size": 2, "seq_len": 1}, ValueError, "seq_len"),
+        ({"batch_size": 2, "seq_len": 8, "n_topics": 1}, ValueError, "n_topics"),
+        ({"batch_size": 2, "seq_len": 8, "topic_span": 8}, ValueError, "topic_span"),
+        ({"batch_size": 2, "seq_len": 8, "topic_span": 0}, ValueError, "topic_span"),
+        ({"batch_size": 2.0, "seq_len": 8}, TypeError, "batch_size"),
+    ],
+)
+def test_documents_reject_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        topic_documents(**kwargs)
+
+
+# ------------------------------------------------------------------------------------------
+# attn_fn wrappers: equal to the dense reference under their own mask
+# ------------------------------------------------------------------------------------------
+
+
+@FAST
+@given(
+    seq_len=st.integers(1, 48),
+    left=st.integers(0, 10),
+    right=st.integers(0, 10),
+    globals_=st.lists(st.integers(-48, 47), max_size=3),
+    seed=st.integers(0, 1000),
+)
+def test_window_attention_matches_dense_with_its_mask(seq_len, left, right, globals_, seed):
+    globals_ = [g for g in globals_ if -seq_len <= g < seq_len]
+    attn = WindowAttention(left, right, global_positions=globals_)
+    q, k, v = make_qkv(seq_len, batch_size=2, num_heads=2, head_dim=4, seed=seed)
+    allowed = attn.allowed(seq_len)  # (L, L)
+    # Independent reference for the mask: the rule written out element by element.
+    glob = {g % seq_len for g in globals_}
+    for i in range(seq_len):
+        for j in range(seq_len):
+            want = (i - left <= j <= i + right) or i in glob or j in glob
+            assert bool(allowed[i, j]) == want
+    want = naive_attention_float64(q, k, v, allowed)
+    torch.testing.assert_close(attn(q, k, v).double(), want, atol=1e-5, rtol=1e-4)
+
+
+@FAST
+@given(
+    seq_len=st.integers(1, 70),
+    block=st.sampled_from([1, 4, 8]),
+    n_random=st.integers(0, 2),
+    seed=st.integers(0, 1000),
+)
+def test_bigbird_attention_matches_dense_with_its_mask(seq_len, block, n_random, seed):
+    attn = BigBirdAttention(block, window=1, n_global=1, n_random=n_random, seed=seed)
+    q, k, v = make_qkv(seq_len, batch_size=1, num_heads=2, head_dim=4, seed=seed)
+    allowed = attn.allowed(seq_len)  # (L, L)
+    layout = attn.layout(seq_len)
+    for i in range(seq_len):  # the mask is the layout, expanded block by block
+        for j in range(seq_len):
+            assert bool(allowed[i, j]) == bool(layout[i // block, j // block])
+    want = naive_attention_float64(q, k, v, allowed)
+    torch.testing.assert_close(attn(q, k, v).double(), want, atol=1e-5, rtol=1e-4)
+
+
+def test_bigbird_layout_is_fixed_per_length():
+    attn = BigBirdAttention(4, n_random=2, seed=5)
+    assert torch.equal(attn.layout(40), BigBirdAttention(4, n_random=2, seed=5).layout(40))
+    assert attn.layout(40) is attn.layout(37)  # same number of blocks: the same layout
+
+
+def test_linear_attention_matches_the_float64_formula():
+    pytest.importorskip("attention.efficient.linear")
+    attn = LinearAttention()
+    q, k, v = make_qkv(17, batch_size=2, num_heads=3, head_dim=5, seed=4)
+    phi_q, phi_k = (F.elu(t.double()) + 1 for t in (q, k))  # (B, H, L, E)
+    kernel = phi_q @ phi_k.transpose(-2, -1)  # (B, H, L, L)
+    want = (kernel / kernel.sum(-1, keepdim=True)) @ v.double()
+    torch.testing.assert_close(attn(q, k, v).double(), want, atol=1e-5, rtol=1e-4)
+    assert bool(attn.allowed(6).all())
+
+
+@pytest.mark.parametrize(
+    "attn", [WindowAttention(2, 2), BigBirdAttention(4), LinearAttention()], ids=repr
+)
+def test_wrappers_accept_an_all_true_padding_mask_and_refuse_others(attn):
+    if isinstance(attn, LinearAttention):
+        pytest.importorskip("attention.efficient.linear")
+    q, k, v = make_qkv(8, batch_size=2, num_heads=1, head_dim=4)
+    full = padding_mask(torch.tensor([8, 8]), 8)  # (B, 1, 1, L), all True
+    torch.testing.assert_close(attn(q, k, v, mask=full), attn(q, k, v))
+    with pytest.raises(ValueError, match="hides 2 entries"):
+        attn(q, k, v, mask=padding_mask(torch.tensor([8, 6]), 8))
+    with pytest.raises(TypeError, match="additive"):
+        attn(q, k, v, mask=torch.zeros(8, 8))
+    with pytest.raises(ValueError, match="causal"):
+        attn(q, k, v, causal=True)
+
+
+def test_wrappers_reject_bad_arguments():
+    with pytest.raises(ValueError, match="left"):
+        WindowAttention(-1, 2)
+    with pytest.raises(TypeError, match="global_positions"):
+        WindowAttention(1, 1, global_positions=(0.5,))
+    with pytest.raises(ValueError, match="outside"):
+        WindowAttention(1, 1, global_positions=(9,)).allowed(4)
+    with pytest.raises(ValueError, match="block_size"):
+        BigBirdAttention(0)
+
+
+def test_wrappers_train_inside_a_classifier():
+    """Gradients reach every parameter through each kernel (the chapter trains with them)."""
+    tokens = topic_documents(3, 24, generator=_gen(2)).tokens
+    for fn in (WindowAttention(3, 3, (-1,)), BigBirdAttention(4)):
+        torch.manual_seed(0)
+        model = SequenceClassifier(36, 2, 8, 2, 1, 16, 24, positional="none", attn_fn=fn)
+        model(tokens).sum().backward()
+        assert all(p.grad is not None for p in model.parameters())
+
+
+# ------------------------------------------------------------------------------------------
+# Reading attention
+# ------------------------------------------------------------------------------------------
+
+
+def _manual_maps(model: SequenceClassifier, tokens: torch.Tensor) -> torch.Tensor:
+    """Layer 0's weights recomputed by hand: embedding (+ positions), LayerNorm, projections,
+    softmax(q kᵀ / sqrt(Dh)) in float64."""
+    layer = model.encoder.layers[0]
+    attn = layer.self_attn
+    with torch.no_grad():
+        x = model.embed(tokens)  # (B, L, D)
+        if model.pos is not None:
+            x = model.pos(x)
+        h = layer.norm1(x) if layer.pre_ln else x
+        b, l, d = h.shape
+        nh = attn.num_heads
+        q = attn.q_proj(h).view(b, l, nh, d // nh).transpose(1, 2).double()  # (B, H, L, Dh)
+        k = attn.k_proj(h).view(b, l, nh, d // nh).transpose(1, 2).double()
+        return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d // nh), dim=-1)
+
+
+@pytest.mark.parametrize(("pre_ln", "positional"), [(True, "none"), (False, "sinusoidal")])
+def test_attention_maps_match_a_manual_forward_pass(pre_ln, positional):
+    torch.manual_seed(0)
+    model = SequenceClassifier(
+        36, 2, 16, 2, 2, 32, 30, positional=positional, pooling="last", pre_ln=pre_ln
+    )
+    model.train()
+    tokens = topic_documents(3, 30, generator=_gen(4)).tokens
+    maps = attention_maps(model, tokens)
+    assert maps.shape == (3, 2, 30, 30)
+    torch.testing.assert_close(maps.double(), _manual_maps(model, tokens), atol=1e-5, rtol=1e-4)
+    assert model.training  # the mode is restored
+    assert attention_maps(model, tokens, layer=1).shape == (3, 2, 30, 30)
+
+
+def test_attention_maps_refuse_efficient_kernels_and_bad_layers():
+    model = SequenceClassifier(36, 2, 8, 2, 1, 16, 24, attn_fn=WindowAttention(2, 2))
+    tokens = topic_documents(2, 24, generator=_gen(0)).tokens
+    with pytest.raises(ValueError, match="attn_fn=None"):
+        attention_maps(model, tokens)
+    model = SequenceClassifier(36, 2, 8, 2, 1, 16, 24)
+    with pytest.raises(ValueError, match="layer"):
+        attention_maps(model, tokens, layer=1)
+    with pytest.raises(TypeError, match="SequenceClassifier"):
+        attention_maps(model.encoder, tokens)
+
+
+def test_topic_attention_against_a_loop():
+    g = _gen(7)
+    b, h, l = 4, 2, 10
+    weights = torch.softmax(torch.randn(b, h, l, l, generator=g), dim=-1)  # (B, H, L, L)
+    positions = torch.tensor([0, 3, 8, 5])
+    got = topic_attention(weights, positions)
+    for i in range(b):
+        for j in range(h):
+            row = weights[i, j, -1]
+            p = int(positions[i])
+            assert math.isclose(got.topic[i, j], row[p], rel_tol=1e-6)
+            assert math.isclose(got.own[i, j], row[-1], rel_tol=1e-6)
+            fillers = [row[t] for t in range(l - 1) if t != p]
+            assert math.isclose(got.filler[i, j], sum(fillers) / len(fillers), rel_tol=1e-5)
+            assert math.isclose(got.reverse[i, j], weights[i, j, p, -1], rel_tol=1e-6)
+    assert math.isclose(got.ratio, float(got.topic.mean() / got.filler.mean()), rel_tol=1e-6)
+    uniform = torch.full((b, h, l, l), 1.0 / l)
+    assert math.isclose(topic_attention(uniform, positions).ratio, 1.0, rel_tol=1e-5)
+
+
+def test_topic_attention_rejects_bad_inputs():
+    w = torch.full((2, 1, 6, 6), 1 / 6)
+    with pytest.raises(ValueError, match="topic_positions"):
+        topic_attention(w, torch.tensor([0, 5]))  # 5 is the conclusion's position
+    with pytest.raises(ValueError, match=r"\(batch,\)"):
+        topic_attention(w, torch.tensor([0]))
+    with pytest.raises(ValueError, match="dimensions"):
+        topic_attention(w[0], torch.tensor([0]))
+
+
+# ------------------------------------------------------------------------------------------
+# Cost
+# ------------------------------------------------------------------------------------------
+
+
+def test_measure_cost_of_dense_attention_is_exact():
+    n, h, e = 64, 2, 8
+    cost = measure_cost(scaled_dot_product_attention, n, num_heads=h, head_dim=e, timed=False)
+    assert cost.flops == 4 * h * n * n * e  # QKᵀ and AV, 2 FLOPs per multiply-add
+    weights_bytes = h * n * n * 4
+    assert 2 * weights_bytes < cost.peak_bytes < 4 * weights_bytes  # ≈ 3 score-sized tensors
+    assert math.isnan(cost.seconds)
+    doubled = measure_cost(
+        scaled_dot_product_attention, 2 * n, num_heads=h, head_dim=e, timed=False
+    )
+    assert doubled.flops == 4 * cost.flops
+
+
+def test_measure_cost_counts_the_flash_loop_like_dense_attention():
+    # Several tiles: the loop accumulates with in-place products, which must be counted too.
+    n, h, e = 200, 2, 8
+    tiled = measure_cost(
+        lambda q, k, v: flash_attention(q, k, v, block_q=64, block_k=64),
+        n,
+        num_heads=h,
+        head_dim=e,
+        timed=False,
+    )
+    assert tiled.flops == 4 * h * n * n * e
+
+
+def test_measure_cost_counts_only_what_the_call_allocates():
+    n, e = 32, 8
+
+    def alloc(q, k, v):
+        return torch.empty(1000, dtype=torch.float64)  # exactly 8000 bytes, nothing else
+
+    cost = measure_cost(alloc, n, head_dim=e, timed=False)
+    assert cost.peak_bytes == 8000 and cost.flops == 0
+    timed = measure_cost(alloc, n, head_dim=e, repeats=2)
+    assert timed.seconds >= 0.0
+    with pytest.raises(TypeError, match="attn"):
+        measure_cost("dense", n)
+
+
+def test_make_qkv_is_reproducible():
+    a, b = make_qkv(5, seed=1), make_qkv(5, seed=1)
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert a[0].shape == (1, 2, 5, 32)
+
+
+def test_fit_power_recovers_exponents():
+    lengths = [16, 32, 64, 128]
+    assert math.isclose(fit_power(lengths, [3 * n**2 for n in lengths]), 2.0, abs_tol=1e-9)
+    assert math.isclose(fit_power(lengths, [5.0 / n for n in lengths]), -1.0, abs_tol=1e-9)
+    with pytest.raises(ValueError, match="at least 2"):
+        fit_power([4], [1.0])
+    with pytest.raises(ValueError, match="> 0"):
+        fit_power([4, 8], [0.0, 1.0])

@@ -1,0 +1,155 @@
+"""book.plotting: figures carry what they claim (data, labels, title, colour bar, scales)
+and draw headless."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from book.plotting import STYLE, plot_attention, plot_heads, plot_lines, set_style  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _no_show_and_close(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("plotting helpers must not call plt.show()")
+
+    monkeypatch.setattr(plt, "show", refuse)
+    yield
+    plt.close("all")
+
+
+def _weights(*shape):
+    return torch.softmax(torch.randn(*shape, generator=torch.Generator().manual_seed(0)), dim=-1)
+
+
+def test_set_style_applies_the_rcparams():
+    with matplotlib.rc_context():
+        set_style()
+        for key, value in STYLE.items():
+            got = matplotlib.rcParams[key]
+            if isinstance(value, tuple):  # rcParams stores sizes as lists
+                got, value = list(got), list(value)
+            assert got == value, key
+
+
+def test_plot_attention_draws_the_weights_with_labels_and_colorbar():
+    w = _weights(3, 4)
+    keys, queries = ["the", "cat", "sat", "."], ["q0", "q1", "q2"]
+    ax = plot_attention(w, x_labels=keys, y_labels=queries, title="Head 0")
+    np.testing.assert_allclose(np.asarray(ax.images[0].get_array()), w.numpy(), rtol=1e-6)
+    assert ax.get_title() == "Head 0"
+    assert ax.get_xlabel() == "key" and ax.get_ylabel() == "query"
+    assert [t.get_text() for t in ax.get_xticklabels()] == keys
+    assert [t.get_text() for t in ax.get_yticklabels()] == queries
+    colorbars = [a for a in ax.figure.axes if a is not ax]
+    assert len(colorbars) == 1 and colorbars[0].get_ylabel() == "attention weight"
+    assert ax.images[0].get_clim() == (0.0, pytest.approx(float(w.max())))
+
+
+def test_plot_attention_without_labels_names_positions_and_accepts_numpy():
+    ax = plot_attention(_weights(2, 5).numpy(), colorbar=False)
+    assert ax.get_xlabel() == "key position" and ax.get_ylabel() == "query position"
+    assert ax.get_title() and len(ax.figure.axes) == 1
+
+
+def test_plot_attention_draws_into_a_given_axes():
+    fig, (a, b) = plt.subplots(1, 2)
+    out = plot_attention(_weights(2, 2), ax=b, colorbar=False)
+    assert out is b and not a.images and b.images
+
+
+def test_plot_attention_accepts_bfloat16_and_grad_tensors():
+    w = _weights(2, 3).to(torch.bfloat16).requires_grad_()
+    ax = plot_attention(w)
+    np.testing.assert_allclose(np.asarray(ax.images[0].get_array()), w.float().detach().numpy())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"weights": torch.ones(2, 3, 4)}, r"weights must have 2 dimensions \(q_len, k_len\)"),
+        ({"weights": [[0.5, 0.5]]}, r"weights must be a torch.Tensor or numpy array, got list"),
+        ({"weights": torch.ones(2, 3), "x_labels": ["a", "b"]}, r"x_labels .* per key \(3\)"),
+        ({"weights": torch.ones(2, 3), "y_labels": ["a"]}, r"y_labels .* per query \(2\)"),
+    ],
+)
+def test_plot_attention_bad_inputs(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        plot_attention(**kwargs)
+
+
+def test_plot_heads_grid_shared_scale_and_titles():
+    w = _weights(5, 3, 4)
+    fig = plot_heads(w, x_labels=list("abcd"), title="Layer 1", ncols=2)
+    heads = [a for a in fig.axes if a.images]
+    assert len(heads) == 5  # 3 rows x 2 cols, the sixth cell removed
+    assert len(fig.axes) == 6  # five heads and one shared colour bar
+    assert fig.get_suptitle() == "Layer 1"
+    for h, ax in enumerate(heads):
+        np.testing.assert_allclose(np.asarray(ax.images[0].get_array()), w[h].numpy(), rtol=1e-6)
+        assert ax.get_title() == f"head {h}"
+        assert ax.get_xlabel() == "key" and ax.get_ylabel() == "query position"
+        assert ax.images[0].get_clim() == (0.0, pytest.approx(float(w.max())))
+    assert fig.axes[-1].get_ylabel() == "attention weight"
+
+
+def test_plot_heads_vmin_none_still_shares_one_scale():
+    w = _weights(3, 4, 4) + torch.arange(3.0).view(3, 1, 1)  # heads on different levels
+    fig = plot_heads(w, vmin=None)
+    clims = [ax.images[0].get_clim() for ax in fig.axes if ax.images]
+    assert clims == [(pytest.approx(float(w.min())), pytest.approx(float(w.max())))] * 3
+
+
+def test_plot_heads_bad_inputs():
+    with pytest.raises(ValueError, match=r"weights must have 3 dimensions \(heads"):
+        plot_heads(torch.ones(3, 4))
+    with pytest.raises(ValueError, match=r"ncols must be an int >= 1, got 0"):
+        plot_heads(torch.ones(2, 3, 4), ncols=0)
+    with pytest.raises(ValueError, match=r"head_titles must have one label per head \(2\)"):
+        plot_heads(torch.ones(2, 3, 4), head_titles=["a"])
+
+
+def test_plot_lines_draws_each_curve_with_legend_and_log_axes():
+    xs = [128, 256, 512]
+    ys = {"naive": [1.0, 4.0, 16.0], "flash": [1.0, 2.0, None]}
+    ax = plot_lines(xs, ys, "Time vs length", "sequence length (tokens)", "time (ms)", True, True)
+    assert ax.get_title() == "Time vs length"
+    assert ax.get_xlabel() == "sequence length (tokens)" and ax.get_ylabel() == "time (ms)"
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["naive", "flash"]
+    naive, flash = ax.get_lines()
+    np.testing.assert_array_equal(naive.get_xdata(), xs)
+    np.testing.assert_array_equal(naive.get_ydata(), ys["naive"])
+    assert math.isnan(flash.get_ydata()[2])  # a missing run leaves a gap
+    assert naive.get_marker() != flash.get_marker() and naive.get_marker() not in (None, "None")
+
+
+def test_plot_lines_per_curve_xs_and_linear_axes():
+    ax = plot_lines({"a": [1, 2], "b": [1, 2, 3]}, {"a": [3, 4], "b": [5, 6, 7]}, "t", "x", "y")
+    assert ax.get_xscale() == "linear" and ax.get_yscale() == "linear"
+    assert [len(line.get_xdata()) for line in ax.get_lines()] == [2, 3]
+
+
+def test_plot_lines_bad_inputs():
+    with pytest.raises(ValueError, match=r"ys_by_label\['a'\] has 3 values but its xs have 2"):
+        plot_lines([1, 2], {"a": [1, 2, 3]}, "t", "x", "y")
+    with pytest.raises(ValueError, match=r"xlabel must be a non-empty string"):
+        plot_lines([1], {"a": [1]}, "t", "", "y")
+    with pytest.raises(TypeError, match=r"ys_by_label must be a non-empty mapping"):
+        plot_lines([1], [1], "t", "x", "y")
+
+
+def test_figures_render_headless(tmp_path):
+    set_style()
+    plot_attention(_weights(4, 4)).figure.savefig(tmp_path / "a.png", dpi=40)
+    plot_heads(_weights(3, 4, 4)).savefig(tmp_path / "b.png", dpi=40)
+    assert (tmp_path / "a.png").stat().st_size > 0 and (tmp_path / "b.png").stat().st_size > 0

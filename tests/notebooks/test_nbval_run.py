@@ -1,0 +1,108 @@
+"""``make test-notebooks`` machinery: nbval with the repository's conftest.py plugin and
+sanitizers, on toy notebooks in a temporary book (one pytest run, three kernels).
+
+- a solution's ``check(...)`` cell is compared with its stored "✓" line even in --nbval-lax
+  mode, so a solution that stops passing fails the run;
+- exercise notebooks (no stored outputs) are only checked for errors;
+- cells tagged NBVAL_CHECK_OUTPUT are compared after sanitizing (memory addresses, ...);
+- the run ends with each notebook's execution time and the total.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from book.notebooks.common import REPO, prepare_for_execution, read_py, write_ipynb
+from book.notebooks.exercises import write_exercise
+
+pytest.importorskip("nbval", reason="nbval is not installed")
+
+SOLUTION = """\
+# %%
+from book.checks import check, expect_equal, register
+
+
+@register("93.1", title="Double")
+def _(candidate):
+    expect_equal("double(3)", candidate(3), 6)
+
+
+# %% tags=["NBVAL_CHECK_OUTPUT"]
+print(object(), 2 + 2)
+
+# %%
+def double(x):
+    ### BEGIN SOLUTION
+    return {answer}
+    ### END SOLUTION
+
+
+# %%
+check("93.1", double)
+"""
+
+STORED = {  # cell index -> the stream output stored by a good run
+    1: "<object object at 0x7f0123456789> 4\n",
+    3: "✓ Exercise 93.1 — Double\n",
+}
+
+
+def stored_solution(path, answer: str):
+    """A solution notebook as `make execute` would store it (outputs of a passing run)."""
+    path.with_suffix(".py").write_text(SOLUTION.format(answer=answer))
+    nb = prepare_for_execution(read_py(path.with_suffix(".py")))
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for n, cell in enumerate(code, start=1):
+        cell.execution_count = n
+    for i, text in STORED.items():
+        code[i].outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+    write_ipynb(nb, path)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_nbval_run_compares_solution_checks_sanitizes_and_reports_times(tmp_path):
+    (tmp_path / "solutions").mkdir()
+    good = tmp_path / "solutions" / "93_good.ipynb"
+    bad = tmp_path / "solutions" / "93_bad.ipynb"
+    stored_solution(good, "2 * x")
+    stored_solution(bad, "3 * x")  # stored output says ✓, a fresh run says ✗
+    exercise = write_exercise(good.with_suffix(".py"), tmp_path / "exercises")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "conftest",  # the repository's conftest.py, found on PYTHONPATH
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rf",
+        "--rootdir",
+        str(tmp_path),
+        "-c",
+        str(tmp_path / "pytest.ini"),
+        "--nbval-lax",
+        "--nbval-current-env",
+        "--nbval-sanitize-with",
+        str(REPO / "book" / "notebooks" / "nbval_sanitize.cfg"),
+        "solutions/93_good.ipynb",
+        "solutions/93_bad.ipynb",
+        f"exercises/{exercise.stem}.ipynb",
+    ]
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170)
+    out = run.stdout + run.stderr
+    failed = [line.split(" - ")[0] for line in out.splitlines() if line.startswith("FAILED ")]
+    assert failed == ["FAILED solutions/93_bad.ipynb::Cell 3"], out
+    assert run.returncode == 1, out
+    assert "notebook execution times" in out
+    times = {line.split()[0] for line in out.splitlines() if line.strip().endswith(" s")}
+    assert {"solutions/93_good.ipynb", "solutions/93_bad.ipynb", "total"} <= times, out
+    assert f"exercises/{exercise.stem}.ipynb" in times, out

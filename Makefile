@@ -12,7 +12,7 @@ export OMP_NUM_THREADS ?= 2
 export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 
-.PHONY: venv lab test test-unit test-notebooks lint execute exercises check bench bench-quick gpu-check clean
+.PHONY: venv lab test test-fast test-unit test-notebooks lint execute exercises check bench bench-quick gpu-check clean
 
 venv: $(STAMP)
 
@@ -42,6 +42,10 @@ test: venv
 
 test-unit: venv
 	$(PY) -m pytest -q -n 2 --dist loadfile tests
+
+# The quick loop while editing: lint and the unit tests not marked slow (no notebooks).
+test-fast: venv
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow" tests
 
 # Notebooks: the .py twin is the source; `make execute` regenerates the executed .ipynb.
 NOTEBOOKS := $(wildcard chapters/*.ipynb solutions/*.ipynb exercises/*.ipynb)

@@ -201,3 +201,127 @@ def plot_lines(
     ax.set_ylabel(ylabel)
     ax.legend()
     return ax
+
+
+def _check_texts(**texts: str) -> None:
+    for name, text in texts.items():
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"{name} must be a non-empty string, got {text!r}")
+
+
+def _seed_values(name: str, values: object) -> np.ndarray:
+    """A 1-D float array of one measurement's values over seeds (at least one, all finite)."""
+    arr = np.asarray(values, dtype=float).reshape(-1) if values is not None else np.array([])
+    if arr.size == 0:
+        raise ValueError(f"{name} must hold at least one value (one per seed), got none")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} must be finite, got {arr.tolist()}")
+    return arr
+
+
+def reference_line(ax: plt.Axes, y: float, label: str, *, color: str = "0.4") -> None:
+    """A labelled horizontal line (chance level, a threshold, a theory value), drawn above the
+    data so that it stays visible, and named in the legend."""
+    _check_texts(label=label)
+    ax.axhline(float(y), color=color, linestyle="--", linewidth=1.2, zorder=5, label=label)
+
+
+def plot_spread(
+    xs: Sequence[float],
+    runs_by_label: Mapping[str, Sequence[Sequence[float]]],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    *,
+    ax: plt.Axes | None = None,
+    logx: bool = False,
+    logy: bool = False,
+) -> plt.Axes:
+    """Mean over seeds against ``x``, one curve per label, with min–max bars.
+
+    ``runs_by_label[label][i]`` holds the values over seeds measured at ``xs[i]``. Each curve is
+    the mean; the vertical bars span the smallest to the largest seed, so that a single lucky
+    seed cannot pass for the typical run. Returns the Axes.
+    """
+    _check_texts(title=title, xlabel=xlabel, ylabel=ylabel)
+    if not isinstance(runs_by_label, Mapping) or not runs_by_label:
+        raise TypeError(
+            f"runs_by_label must be a non-empty mapping label -> values per x, got "
+            f"{type(runs_by_label).__name__}"
+        )
+    x = np.asarray(xs, dtype=float)
+    if ax is None:
+        _, ax = plt.subplots()
+    for idx, (label, runs) in enumerate(runs_by_label.items()):
+        if len(runs) != len(x):
+            raise ValueError(
+                f"runs_by_label[{label!r}] has {len(runs)} entries but xs has {len(x)}"
+            )
+        per_x = [_seed_values(f"runs_by_label[{label!r}][{i}]", r) for i, r in enumerate(runs)]
+        mean = np.array([v.mean() for v in per_x])
+        low = mean - np.array([v.min() for v in per_x])
+        high = np.array([v.max() for v in per_x]) - mean
+        n_seeds = sorted({v.size for v in per_x})
+        seeds = "/".join(str(n) for n in n_seeds)
+        ax.errorbar(
+            x,
+            mean,
+            yerr=np.vstack([low, high]),
+            marker=MARKERS[idx % len(MARKERS)],
+            capsize=3,
+            label=f"{label} (mean, min–max over {seeds} seeds)",
+        )
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend()
+    return ax
+
+
+def plot_bar_spread(
+    values_by_label: Mapping[str, Sequence[float]],
+    title: str,
+    ylabel: str,
+    *,
+    ax: plt.Axes | None = None,
+    xlabel: str = "",
+    reference: tuple[float, str] | None = None,
+) -> plt.Axes:
+    """One bar per label at the mean over seeds, a min–max whisker, and every seed as a dot.
+
+    ``reference=(y, label)`` adds a labelled line (chance, say) with :func:`reference_line`.
+    Returns the Axes.
+    """
+    _check_texts(title=title, ylabel=ylabel)
+    if not isinstance(values_by_label, Mapping) or not values_by_label:
+        raise TypeError(
+            f"values_by_label must be a non-empty mapping label -> values over seeds, got "
+            f"{type(values_by_label).__name__}"
+        )
+    if ax is None:
+        _, ax = plt.subplots()
+    labels = [str(k) for k in values_by_label]
+    arrays = [_seed_values(f"values_by_label[{k!r}]", v) for k, v in values_by_label.items()]
+    positions = np.arange(len(arrays))
+    means = np.array([a.mean() for a in arrays])
+    whiskers = np.vstack([means - [a.min() for a in arrays], [a.max() for a in arrays] - means])
+    ax.bar(positions, means, color="C0", alpha=0.6, label="mean over seeds")
+    ax.errorbar(positions, means, yerr=whiskers, fmt="none", ecolor="k", capsize=4,
+                label="min–max")  # fmt: skip
+    for pos, arr in zip(positions, arrays, strict=True):
+        jitter = np.linspace(-0.15, 0.15, arr.size) if arr.size > 1 else np.zeros(1)
+        ax.scatter(pos + jitter, arr, color="k", s=12, zorder=4)
+    ax.scatter([], [], color="k", s=12, label="one seed")
+    if reference is not None:
+        reference_line(ax, reference[0], reference[1])
+    ax.set_xticks(positions, labels)
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    ax.legend()
+    return ax

@@ -45,7 +45,6 @@ import functools
 import matplotlib.pyplot as plt
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from attention.blocks import SequenceClassifier
 from attention.dispatch import torch_sdpa
@@ -61,6 +60,7 @@ from book.experiments.gradients import (
 from book.experiments.training import moving_average, train_classifier
 from book.measure.timing import time_forward
 from book.plotting import plot_attention, plot_lines, set_style
+from book.progress import progress
 
 set_style()
 torch.manual_seed(0)
@@ -203,7 +203,7 @@ models["self-attention"] = self_attention.double()
 x_probe = torch.randn(2, SEQ_LEN, WIDTH, dtype=torch.float64)  # (B, L, D)
 profiles = {
     name: gradient_vs_distance(fn, x_probe, n_probes=8, generator=torch.Generator().manual_seed(1))
-    for name, fn in tqdm(models.items(), desc="gradients")
+    for name, fn in progress(models.items(), desc="gradients")
 }
 
 # %%
@@ -336,7 +336,7 @@ cell_t, fused_t = nn.LSTMCell(64, 64), nn.LSTM(64, 64, batch_first=True)
 attention_t = MultiHeadAttention(64, 4, attn_fn=torch_sdpa)
 time_lengths = [64, 128, 256, 512, 1024]
 timings = {"LSTM, Python loop": [], "LSTM, fused (nn.LSTM)": [], "self-attention": []}
-for n in tqdm(time_lengths, desc="timing"):
+for n in progress(time_lengths, desc="timing"):
     x_n = torch.randn(8, n, 64)  # (B, L, D)
     for name, run in (
         ("LSTM, Python loop", functools.partial(unrolled_lstm, cell_t, x_n)),

@@ -43,7 +43,6 @@ import time
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from attention.functional import scaled_dot_product_attention
 from book.claims import claims_table, record_claim
@@ -56,6 +55,7 @@ from book.experiments.ch02 import (
 )
 from book.experiments.training import first_step_below, moving_average
 from book.plotting import plot_attention, plot_lines, set_style
+from book.progress import progress
 
 set_style()
 torch.manual_seed(0)
@@ -573,7 +573,7 @@ assert smooth_s[100] < 0.65 * scaled_run.losses[0]
 
 # %%
 seed_runs = {0: (scaled_run, unscaled_run)}
-for seed in tqdm((1, 2), desc="seeds"):
+for seed in progress((1, 2), desc="seeds"):
     seed_runs[seed] = tuple(
         train_retrieval(scaled=scaled, d_k=512, steps=STEPS, seed=seed) for scaled in (True, False)
     )

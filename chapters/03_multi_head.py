@@ -60,7 +60,8 @@ from book.experiments.ch03 import (
     pairs_batch,
     train_pairs,
 )
-from book.measure.timing import min_seconds, one_thread
+from book.experiments.training import torch_threads
+from book.measure.timing import min_seconds
 from book.plotting import plot_heads, plot_lines, set_style
 
 set_style()
@@ -356,7 +357,7 @@ def torch_sdpa(q, k, v, mask=None, causal=False):
 head_counts = (1, 2, 4, 8, 16, 32)
 x_time = torch.randn(1, 256, 512, generator=torch.Generator().manual_seed(1))  # (B, L, D)
 timings = {"reference attention": [], "torch fused SDPA": []}
-with torch.no_grad(), one_thread():  # one thread: steadier numbers on a shared machine
+with torch.no_grad(), torch_threads(1):  # one thread: steadier numbers on a shared machine
     for h in head_counts:
         for label, attn_fn in (("reference attention", None), ("torch fused SDPA", torch_sdpa)):
             torch.manual_seed(0)

@@ -45,7 +45,6 @@ import math
 import matplotlib.pyplot as plt
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from attention.blocks import Encoder, SequenceClassifier
 from attention.dispatch import torch_sdpa
@@ -70,6 +69,7 @@ from book.experiments.ch05 import (
 from book.experiments.gradients import autograd_path_lengths, gradient_vs_distance
 from book.experiments.training import first_step_below, moving_average, train_classifier
 from book.plotting import plot_attention, plot_heads, plot_lines, set_style
+from book.progress import progress
 
 set_style()
 torch.manual_seed(0)
@@ -579,7 +579,7 @@ def dense(q, k, v):
     return scaled_dot_product_attention(q, k, v)
 
 
-dense_costs = [measure_cost(dense, n) for n in tqdm(LENGTHS_DENSE, desc="dense cost")]
+dense_costs = [measure_cost(dense, n) for n in progress(LENGTHS_DENSE, desc="dense cost")]
 weight_bytes = []
 for n in LENGTHS_DENSE:
     q, k, v = make_qkv(n)
@@ -819,7 +819,7 @@ for seed in SEEDS:
 LENGTHS_COST = (256, 512, 1024, 2048, 4096)
 cost_fns = dict(variants) | {"flash (exact, tiled)": lambda q, k, v: flash_attention(q, k, v)}
 costs = {"full attention": dense_costs}
-for name, fn in tqdm(cost_fns.items(), desc="variant cost"):
+for name, fn in progress(cost_fns.items(), desc="variant cost"):
     costs[name] = [measure_cost(fn, n) for n in LENGTHS_COST]
 
 # %%

@@ -16,7 +16,6 @@ Attention itself is never re-implemented here: the model calls
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +24,7 @@ from torch import nn
 
 from attention._checks import check_choice, check_positive_int, check_tensor
 from attention.functional import safe_softmax, scaled_dot_product_attention
+from book.experiments.training import fit
 
 Tensor = torch.Tensor
 
@@ -366,71 +366,38 @@ def train_retrieval(
     progress: bool = False,
     num_threads: int | None = 1,
 ) -> RetrievalRun:
-    """Train :class:`RetrievalModel` with Adam on fresh batches; same seed = same data and init.
+    """Train :class:`RetrievalModel` with the book's loop (:func:`fit`); same seed = same data
+    and initialisation.
 
     The model's parameters come from ``torch.manual_seed(seed)``; the batches from a separate
     generator seeded with ``seed + 1``, so that runs differing only in ``scaled`` see exactly
     the same examples in the same order. Accuracy is measured on ``eval_size`` held-out
     examples from a third generator.
 
-    ``num_threads``: torch threads while training (restored afterwards; ``None`` leaves the
-    setting alone). The model is tiny, so a second thread buys nothing, and when other
-    processes share the cores, threads waiting for each other made the loop many times slower.
+    ``num_threads``: torch threads while training (``None`` leaves the setting alone). The
+    model is tiny, so a second thread buys nothing, and when other processes share the cores,
+    threads waiting for each other made the loop many times slower.
     """
-    steps = check_positive_int("steps", steps)
-    if num_threads is not None:
-        check_positive_int("num_threads", num_threads)
-    with _torch_threads(num_threads):
-        return _train(
-            scaled=scaled, d_k=d_k, steps=steps, batch_size=batch_size, n_pairs=n_pairs,
-            n_keys=n_keys, n_values=n_values, d_model=d_model, lr=lr, seed=seed,
-            eval_size=eval_size, progress=progress,
-        )  # fmt: skip
-
-
-@contextmanager
-def _torch_threads(n: int | None):
-    """Run the block with ``n`` torch threads (``None``: unchanged), then restore the setting."""
-    if n is None:
-        yield
-        return
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
-def _train(
-    *, scaled, d_k, steps, batch_size, n_pairs, n_keys, n_values, d_model, lr, seed, eval_size,
-    progress,
-) -> RetrievalRun:  # fmt: skip
-    """The body of :func:`train_retrieval` (arguments already checked)."""
     torch.manual_seed(seed)
     model = RetrievalModel(n_keys, n_values, d_model, d_k, scaled=scaled)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    data = torch.Generator().manual_seed(seed + 1)
     held_out = retrieval_batch(
         eval_size, n_pairs, n_keys, n_values, generator=torch.Generator().manual_seed(seed + 2)
     )
     init_std, init_max = _attention_snapshot(model, held_out)
     init_gradients = gradient_snapshot(model, held_out)
-
-    iterator = range(steps)
-    if progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(iterator, desc=f"d_k={d_k} {'scaled' if scaled else 'unscaled'}")
-    losses = []
-    for _ in iterator:
-        batch = retrieval_batch(batch_size, n_pairs, n_keys, n_values, generator=data)
-        loss = F.cross_entropy(model(batch.keys, batch.values, batch.query), batch.target)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-
+    log = fit(
+        model,
+        lambda generator: retrieval_batch(
+            batch_size, n_pairs, n_keys, n_values, generator=generator
+        ),
+        _retrieval_loss,
+        steps=steps,
+        lr=lr,
+        data_seed=seed + 1,
+        threads=num_threads,
+        progress=progress,
+        desc=f"d_k={d_k} {'scaled' if scaled else 'unscaled'}",
+    )
     with torch.no_grad():
         logits = model(held_out.keys, held_out.values, held_out.query)  # (B, n_values)
         accuracy = float((logits.argmax(-1) == held_out.target).float().mean())
@@ -438,10 +405,14 @@ def _train(
     return RetrievalRun(
         scaled=bool(scaled),
         d_k=d_k,
-        losses=losses,
+        losses=log.losses,
         init_score_std=init_std,
         init_max_weight=init_max,
         init_gradients=init_gradients,
         accuracy=accuracy,
         final_max_weight=final_max,
     )
+
+
+def _retrieval_loss(model: RetrievalModel, batch: RetrievalBatch) -> Tensor:
+    return F.cross_entropy(model(batch.keys, batch.values, batch.query), batch.target)

@@ -27,7 +27,7 @@ from attention.positional import (
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
 )
-from book.measure.timing import one_thread
+from book.experiments.training import fit, torch_threads
 
 Tensor = torch.Tensor
 
@@ -320,48 +320,38 @@ def train_pairs(
     Parameters come from ``torch.manual_seed(seed)``; training batches from a generator seeded
     with ``seed + 1`` and the held-out batch from ``seed + 2``, so runs that differ only in
     ``num_heads`` see the same examples in the same order. Runs on one thread (see
-    :func:`one_thread`).
+    :func:`book.experiments.training.torch_threads`).
     """
-    steps = check_positive_int("steps", steps)
-    with one_thread():  # tiny matrices: threads would only add synchronisation
-        torch.manual_seed(seed)
-        model = PairModel(
-            n_keys or n_pairs, n_values, 2 * n_pairs, d_model, num_heads, positional=positional
-        )
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)
-        data = torch.Generator().manual_seed(seed + 1)
-        held_out = pairs_batch(
-            eval_size,
-            n_pairs,
-            n_values,
-            n_keys=n_keys,
-            generator=torch.Generator().manual_seed(seed + 2),
-        )
-        iterator = range(steps)
-        if progress:
-            from tqdm.auto import tqdm
-
-            iterator = tqdm(iterator, desc=f"h={num_heads}, seed {seed}", leave=False)
-        losses = []
-        for _ in iterator:
-            batch = pairs_batch(batch_size, n_pairs, n_values, n_keys=n_keys, generator=data)
-            loss = pairs_loss(model(batch.tokens), batch.targets)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-        model.eval()
-        with torch.no_grad():
-            logits, weights = model(held_out.tokens, need_weights=True)
-        return PairsRun(
-            num_heads=num_heads,
-            d_model=d_model,
-            seed=seed,
-            losses=losses,
-            accuracy=relation_accuracy(logits, held_out.targets),
-            head_mass=head_relation_mass(weights, held_out.partner),
-            model=model,
-        )
+    torch.manual_seed(seed)
+    model = PairModel(
+        n_keys or n_pairs, n_values, 2 * n_pairs, d_model, num_heads, positional=positional
+    )
+    log = fit(
+        model,
+        lambda generator: pairs_batch(
+            batch_size, n_pairs, n_values, n_keys=n_keys, generator=generator
+        ),
+        lambda model, batch: pairs_loss(model(batch.tokens), batch.targets),
+        steps=steps,
+        lr=lr,
+        data_seed=seed + 1,
+        threads=1,  # tiny matrices: threads would only add synchronisation
+        progress=progress,
+        desc=f"h={num_heads}, seed {seed}",
+    )
+    held_out_data = torch.Generator().manual_seed(seed + 2)
+    held_out = pairs_batch(eval_size, n_pairs, n_values, n_keys=n_keys, generator=held_out_data)
+    with torch.no_grad(), torch_threads(1):
+        logits, weights = model(held_out.tokens, need_weights=True)
+    return PairsRun(
+        num_heads=num_heads,
+        d_model=d_model,
+        seed=seed,
+        losses=log.losses,
+        accuracy=relation_accuracy(logits, held_out.targets),
+        head_mass=head_relation_mass(weights, held_out.partner),
+        model=model,
+    )
 
 
 # ------------------------------------------------------------------------------------------

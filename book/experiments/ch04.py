@@ -33,6 +33,7 @@ from attention._checks import (
 )
 from attention.blocks import POSITIONAL_KINDS, SequenceClassifier
 from attention.masks import padding_mask
+from book.experiments.training import fit
 
 Tensor = torch.Tensor
 
@@ -230,38 +231,35 @@ def train_lookback(
     seed: int = 0,
     progress: bool = False,
 ) -> list[float]:
-    """Train ``model`` on :func:`lookback_batch` data with AdamW; return the loss of each step.
+    """Train ``model`` on :func:`lookback_batch` data (AdamW, :func:`fit`); return each step's loss.
 
     Every model trained with the same ``seed`` sees the same batches, so that a comparison
     between positional schemes is on identical data.
     """
-    steps = check_positive_int("steps", steps)
-    generator = torch.Generator().manual_seed(_check_int("seed", seed) + 1000)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    iterator = range(steps)
-    if progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(iterator, desc=f"{model.positional}, seed {seed}", leave=False)
-    losses = []
-    model.train()
-    for _ in iterator:
-        tokens, lengths, labels = lookback_batch(
+    log = fit(
+        model,
+        lambda generator: lookback_batch(
             batch_size,
             min_len,
             max_len,
             offset=offset,
             vocab_size=model.vocab_size,
             generator=generator,
-        )
-        logits = model(tokens, lengths=lengths)  # (B, vocab)
-        loss = F.cross_entropy(logits, labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    model.eval()
-    return losses
+        ),
+        _lookback_loss,
+        steps=steps,
+        lr=lr,
+        data_seed=_check_int("seed", seed) + 1000,
+        optimizer="adamw",
+        progress=progress,
+        desc=f"{model.positional}, seed {seed}",
+    )
+    return log.losses
+
+
+def _lookback_loss(model: SequenceClassifier, batch: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+    tokens, lengths, labels = batch
+    return F.cross_entropy(model(tokens, lengths=lengths), labels)  # logits (B, vocab)
 
 
 @torch.no_grad()

@@ -1,8 +1,11 @@
-"""Training helpers shared by the chapters: a seeded classifier training loop and the
-smoothing of its loss curves.
+"""The book's one training loop, with seeds arranged so that comparisons are fair.
 
-- :func:`train_classifier`: Adam, gradient clipping, and seeds arranged so that two models
-  trained with the same seed see exactly the same batches; accuracy on a held-out batch.
+- :func:`fit`: the loop every chapter uses (Adam or AdamW, optional gradient clipping, a loss
+  history, a progress bar, a seeded data generator, optionally a fixed number of threads).
+- :func:`train_classifier`: :func:`fit` for ``tokens -> class`` tasks, with the seed
+  convention of the book (parameters from ``seed``, training batches from ``seed + 1``, the
+  held-out batch from ``seed + 2``) and accuracy on the held-out batch.
+- :func:`torch_threads`: run a block with a given number of torch threads.
 - :func:`moving_average`, :func:`first_step_below`: a noisy loss curve smoothed, and the step
   at which it first stays under a threshold.
 """
@@ -10,16 +13,109 @@ smoothing of its loss curves.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention._checks import check_positive_int
+from attention._checks import check_choice, check_positive_int
+from book.progress import progress as progress_bar
 
 Tensor = torch.Tensor
+
+OPTIMIZERS = ("adam", "adamw")
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``n`` intra-op torch threads (``None``: unchanged), then restore.
+
+    For the book's tiny models one thread is fastest: splitting a (64 × 12 × 32) matrix product
+    across threads costs more in synchronisation than it saves, and on a busy machine far more
+    (chapter 3 measured a 10× slowdown with two threads on two shared cores).
+    """
+    if n is None:
+        yield
+        return
+    check_positive_int("threads", n)
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclass(frozen=True)
+class TrainLog:
+    """What :func:`fit` recorded."""
+
+    losses: list[float]  # training loss at every step
+    seconds: float  # wall-clock training time (shown, never asserted)
+
+
+def fit(
+    model: nn.Module,
+    make_batch: Callable[[torch.Generator], Any],
+    loss_of: Callable[[nn.Module, Any], Tensor],
+    *,
+    steps: int,
+    lr: float,
+    data_seed: int,
+    optimizer: str = "adam",
+    weight_decay: float = 0.0,
+    clip: float | None = None,
+    threads: int | None = None,
+    progress: bool = False,
+    desc: str = "training",
+) -> TrainLog:
+    """Train ``model`` in place for ``steps`` steps; return the loss of every step.
+
+    Args:
+        model: left in ``eval()`` mode afterwards.
+        make_batch: ``make_batch(generator) -> batch``; called once per step with one generator
+            seeded with ``data_seed``, so that every model trained with the same ``data_seed``
+            sees exactly the same batches in the same order.
+        loss_of: ``loss_of(model, batch) -> scalar loss``.
+        optimizer: ``"adam"`` or ``"adamw"`` (with ``weight_decay``).
+        clip: the largest gradient norm (``nn.utils.clip_grad_norm_``); ``None``: no clipping.
+        threads: torch threads while training (see :func:`torch_threads`).
+        progress: show a progress bar labelled ``desc``.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    for name, fn in (("make_batch", make_batch), ("loss_of", loss_of)):
+        if not callable(fn):
+            raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
+    steps = check_positive_int("steps", steps)
+    check_choice("optimizer", optimizer, OPTIMIZERS)
+    if clip is not None and not clip > 0:
+        raise ValueError(f"clip must be a positive number or None, got {clip!r}")
+    if optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    data = torch.Generator().manual_seed(data_seed)
+    iterator = progress_bar(range(steps), desc=desc, leave=False) if progress else range(steps)
+    losses = []
+    with torch_threads(threads):
+        start = time.perf_counter()
+        model.train()
+        for _ in iterator:
+            loss = loss_of(model, make_batch(data))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
+            losses.append(loss.item())
+        seconds = time.perf_counter() - start
+        model.eval()
+    return TrainLog(losses, seconds)
 
 
 @dataclass(frozen=True)
@@ -33,6 +129,11 @@ class ClassifierRun:
     model: nn.Module
 
 
+def _classification_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+    tokens, labels = batch
+    return F.cross_entropy(model(tokens), labels)
+
+
 def train_classifier(
     build: Callable[[], nn.Module],
     make_batch: Callable[[int, torch.Generator], tuple[Tensor, Tensor]],
@@ -40,18 +141,21 @@ def train_classifier(
     steps: int,
     batch_size: int = 32,
     lr: float = 3e-3,
-    clip: float = 1.0,
+    clip: float | None = 1.0,
     seed: int = 0,
     eval_size: int = 512,
+    threads: int | None = None,
     progress: bool = False,
     desc: str = "training",
 ) -> ClassifierRun:
-    """Train ``build()`` with Adam and gradient clipping; evaluate accuracy on held-out data.
+    """Train ``build()`` with Adam (and gradient clipping) by :func:`fit`; held-out accuracy.
 
     ``make_batch(batch_size, generator) -> (tokens (B, L), labels (B,))``. The parameters come
     from ``torch.manual_seed(seed)``; the training batches from a generator seeded with
     ``seed + 1`` and the held-out batch from one seeded with ``seed + 2``, so that two models
-    trained with the same seed see exactly the same examples in the same order.
+    trained with the same seed see exactly the same examples in the same order. Clipping at 1
+    is standard practice for LSTMs (a rare exploding step cannot wreck the run) and is applied
+    to every model alike.
     """
     if isinstance(build, nn.Module) or not callable(build):
         raise TypeError(
@@ -60,38 +164,27 @@ def train_classifier(
         )
     if not callable(make_batch):
         raise TypeError(f"make_batch must be callable, got {type(make_batch).__name__}")
-    steps = check_positive_int("steps", steps)
     batch_size = check_positive_int("batch_size", batch_size)
     eval_size = check_positive_int("eval_size", eval_size)
     torch.manual_seed(seed)
     model = build()
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    data = torch.Generator().manual_seed(seed + 1)
-    iterator = range(steps)
-    if progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(iterator, desc=desc)
-    losses = []
-    start = time.perf_counter()
-    model.train()
-    for _ in iterator:
-        tokens, labels = make_batch(batch_size, data)
-        loss = F.cross_entropy(model(tokens), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        # Clipping is standard practice for LSTMs: it keeps a rare exploding step from
-        # wrecking the run, and it is applied to every model alike.
-        nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        losses.append(loss.item())
-    seconds = time.perf_counter() - start
-    model.eval()
+    log = fit(
+        model,
+        lambda generator: make_batch(batch_size, generator),
+        _classification_loss,
+        steps=steps,
+        lr=lr,
+        data_seed=seed + 1,
+        clip=clip,
+        threads=threads,
+        progress=progress,
+        desc=desc,
+    )
     tokens, labels = make_batch(eval_size, torch.Generator().manual_seed(seed + 2))
-    with torch.no_grad():
+    with torch.no_grad(), torch_threads(threads):
         accuracy = float((model(tokens).argmax(-1) == labels).float().mean())
     n_params = sum(p.numel() for p in model.parameters())
-    return ClassifierRun(losses, accuracy, n_params, seconds, model)
+    return ClassifierRun(log.losses, accuracy, n_params, log.seconds, model)
 
 
 def moving_average(values: list[float], window: int) -> list[float]:

@@ -2,14 +2,12 @@
 
 - :func:`time_forward`: the median of a few forward calls, without autograd.
 - :func:`min_seconds`: the fastest of a few calls, the better estimate on a shared machine.
-- :func:`one_thread`: run a block with one intra-op thread.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 
@@ -47,19 +45,3 @@ def min_seconds(fn: Callable[[], object], *, repeats: int = 7, warmup: int = 2) 
         fn()
         times.append(time.perf_counter() - start)
     return min(times)
-
-
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """Run the block with one intra-op thread, then restore the previous setting.
-
-    For the book's tiny models: splitting a (64 × 12 × 32) matrix product across threads costs
-    more in synchronisation than it saves, and on a busy machine far more (chapter 3 measured a
-    10× slowdown with two threads on two shared cores).
-    """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

@@ -75,6 +75,7 @@ print(json.dumps(modules))
 """
 
 
+@pytest.mark.slow
 def test_every_library_module_imports_with_the_book_and_its_tools_absent():
     proc = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", CHILD.format(forbidden=FORBIDDEN)],

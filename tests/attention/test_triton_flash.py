@@ -107,7 +107,7 @@ from attention.gpu.triton_flash import (  # noqa: E402
     triton_unavailable_reason,
 )
 
-pytestmark = pytest.mark.triton
+pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

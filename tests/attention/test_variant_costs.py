@@ -20,6 +20,8 @@ from attention.efficient.sliding_window import sliding_window_attention
 from tests.attention.cost_probe import AllocationProbe
 from tests.attention.inputs import random_qkv
 
+pytestmark = pytest.mark.slow  # forward+backward at several lengths under a dispatch mode
+
 BLOCK = 32
 
 

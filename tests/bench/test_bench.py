@@ -1,5 +1,5 @@
-"""Tests of the benchmark ``python -m bench``: the quick run end to end, its JSON, the
-FLOP formulas, the memory measurement, the paired timing and the target logic."""
+"""Tests of the benchmark ``python -m bench``: the quick run end to end, its JSON, the paired
+timing and the target logic. (Its measurement tools are tested in tests/book/test_measure_*.)"""
 
 from __future__ import annotations
 
@@ -13,26 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from torch.utils.flop_counter import FlopCounterMode
 
-from attention.efficient.flash import flash_attention
-from attention.functional import scaled_dot_product_attention
-from attention.masks import sliding_window_mask
 from bench.methods import CASES, GROWTH_COSTS, METHODS, MODES, QUICK, REFERENCE
 from bench.report import evaluate_targets, format_markdown, memory_slope, write_plot
 from bench.runner import SCHEMA, paired_ratio, time_group
-from book.measure.flops import (
-    FORWARD_BACKWARD_FACTOR,
-    band_pairs,
-    dense_flops,
-    linear_attention_flops,
-    matmul_flop_counter,
-    matmul_rate,
-    pair_flops,
-)
-from book.measure.memory import PeakMemory, peak_extra_bytes
+
+pytestmark = pytest.mark.slow  # runs the benchmark's quick mode
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD_KEYS = {
@@ -133,147 +119,6 @@ def test_markdown_cli_renders_the_results(quick_run):
 
 
 # --------------------------------------------------------------------------------- FLOPs
-
-
-def _counted_flops(fn, counter=None) -> int:
-    with counter or FlopCounterMode(display=False) as counter:
-        fn()
-    return counter.get_total_flops()
-
-
-@pytest.mark.parametrize(("b", "h", "n", "d"), [(1, 2, 16, 8), (2, 3, 40, 16)])
-def test_dense_flops_match_torch_flop_counter(b, h, n, d):
-    q, k, v = (torch.randn(b, h, n, d, requires_grad=True) for _ in range(3))
-    forward = _counted_flops(lambda: scaled_dot_product_attention(q, k, v))
-    assert dense_flops(b, h, n, d) == forward == 4 * b * h * n * n * d
-    assert dense_flops(b, h, n, d, causal=True) == forward / 2
-
-    # Autograd's backward does 4 products (3x forward in all); a flash-style backward also
-    # recomputes Q Kᵀ: one more, which is where the 3.5 of the convention comes from.
-    def train():
-        scaled_dot_product_attention(q, k, v).backward(torch.ones(b, h, n, d))
-
-    recompute = _counted_flops(lambda: q @ k.transpose(-2, -1))
-    assert _counted_flops(train) + recompute == FORWARD_BACKWARD_FACTOR * forward
-
-
-@pytest.mark.parametrize("n", [40, 300])
-def test_matmul_flop_counter_counts_the_flash_loop_like_the_convention(n):
-    b, h, d = 1, 2, 8
-    q, k, v = (torch.randn(b, h, n, d, requires_grad=True) for _ in range(3))
-    out = flash_attention(q, k, v, block_q=64, block_k=64)  # several tiles at n = 300
-    # torch's own counter misses the in-place accumulations (acc.baddbmm_) of the tile loop.
-    forward = _counted_flops(lambda: flash_attention(q, k, v, block_q=64, block_k=64),
-                             matmul_flop_counter())  # fmt: skip
-    assert forward == dense_flops(b, h, n, d)
-    if n > 64:
-        plain = _counted_flops(lambda: flash_attention(q, k, v, block_q=64, block_k=64))
-        assert plain < forward
-    backward = _counted_flops(lambda: out.backward(torch.ones_like(out)), matmul_flop_counter())
-    assert forward + backward == FORWARD_BACKWARD_FACTOR * forward  # five products, QKᵀ again
-    # Causal: the tiles above the diagonal are skipped, the diagonal ones computed whole.
-    causal = _counted_flops(lambda: flash_attention(q, k, v, causal=True, block_q=64, block_k=64),
-                            matmul_flop_counter())  # fmt: skip
-    sizes = [min(64, n - start) for start in range(0, n, 64)]  # tile edges, the last partial
-    pairs = sum(sizes[i] * sizes[j] for i in range(len(sizes)) for j in range(i + 1))
-    assert causal == pair_flops(b, h, d, pairs)
-
-
-@settings(max_examples=40, deadline=None)
-@given(n=st.integers(1, 60), left=st.integers(0, 70), right=st.integers(0, 70))
-def test_band_pairs_counts_the_mask(n, left, right):
-    mask = sliding_window_mask(n, left=left, right=right)
-    assert band_pairs(n, left, right) == int(mask.sum())
-
-
-def test_pair_and_linear_flops():
-    assert pair_flops(2, 3, 5, 7) == 4 * 2 * 3 * 5 * 7
-    # φ(K)ᵀ V and φ(Q) S: two (n × d) @ (d × d) products per head, as torch counts them.
-    b, h, n, d = 1, 2, 30, 8
-    phi_q, phi_k, v = (torch.rand(b, h, n, d) for _ in range(3))
-    counted = _counted_flops(lambda: phi_q @ (phi_k.transpose(-2, -1) @ v))
-    assert linear_attention_flops(b, h, n, d) == counted
-
-
-def test_matmul_rate_reports_the_median():
-    rate = matmul_rate(64, repeats=3)
-    assert rate["size"] == 64 and len(rate["times_s"]) == 3
-    median = sorted(rate["times_s"])[1]
-    assert rate["gflops"] == pytest.approx(2 * 64**3 / median / 1e9)
-
-
-# -------------------------------------------------------------------------------- memory
-
-
-def test_peak_memory_of_known_allocations():
-    assert peak_extra_bytes(lambda: torch.empty(1000, 1000)) == 4_000_000
-
-    def one_then_two():
-        a = torch.empty(250_000)  # 1 MB, freed before the next one
-        del a
-        b = torch.empty(500_000, dtype=torch.float64)  # 4 MB
-        c = torch.empty(100, dtype=torch.uint8)  # both alive: 4 MB + 100 B
-        return b, c
-
-    assert peak_extra_bytes(one_then_two) == 4_000_100
-
-
-def test_inputs_views_and_in_place_writes_are_not_counted():
-    x = torch.zeros(1000)
-    buffer = torch.empty(1000)
-    with PeakMemory() as mem:
-        x.add_(1.0)  # in place on an input
-        y = x[:10].view(2, 5)  # a view: no new storage
-        torch.mul(x, 2.0, out=buffer)  # out= into a buffer made outside
-        assert mem.current_bytes == 0
-        z = x * 2  # a new tensor: 4000 bytes, alive
-        assert mem.current_bytes == 4000
-        del z
-    assert mem.peak_bytes == 4000 and mem.current_bytes == 0
-    assert y.shape == (2, 5)
-
-
-def test_peak_memory_sees_the_backward_pass():
-    n = 10_000
-    x = torch.randn(n, requires_grad=True)
-    with PeakMemory() as mem:
-        (x * 3).sum().backward()
-    assert x.grad is not None
-    # The gradient (n floats) is allocated by the backward; the product's n floats are freed
-    # before it (sum saves nothing): peak = n floats plus a few scalars.
-    assert 4 * n <= mem.peak_bytes <= 4 * n + 64
-
-
-@settings(max_examples=30, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 5000), st.booleans()), min_size=1, max_size=12))
-def test_peak_memory_matches_a_simulation(steps):
-    """Allocate tensors of the given byte sizes in order, dropping each one unless kept: the
-    peak is the simulated peak of live bytes."""
-
-    def run():
-        kept = []
-        for size, keep in steps:
-            t = torch.empty(size, dtype=torch.uint8)
-            if keep:
-                kept.append(t)
-            del t
-        return kept
-
-    live = peak = 0
-    for size, keep in steps:
-        peak = max(peak, live + size)
-        live += size if keep else 0
-    assert peak_extra_bytes(run) == peak
-
-
-def test_dense_attention_memory_is_quadratic_and_torch_sdpa_linear():
-    b, h, n, d = 1, 2, 256, 16
-    q, k, v = (torch.randn(b, h, n, d) for _ in range(3))
-    scores_bytes = b * h * n * n * 4
-    naive = peak_extra_bytes(lambda: scaled_dot_product_attention(q, k, v))
-    assert naive >= 2 * scores_bytes  # scores and weights alive at once
-    fused = peak_extra_bytes(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))
-    assert b * h * n * d * 4 <= fused < scores_bytes  # the output, never the scores
 
 
 # ------------------------------------------------------------------------ paired timing

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # runs the device script (Triton interpreter)
+
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
 
 

@@ -26,6 +26,7 @@ def _status_by_name(text: str) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 def test_module_runs_as_a_script_and_passes_in_the_dev_environment():
     proc = subprocess.run(
         [sys.executable, "-m", "book.env_check"],

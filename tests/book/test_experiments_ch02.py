@@ -262,5 +262,5 @@ def test_train_retrieval_restores_the_thread_setting():
     run = train_retrieval(scaled=True, d_k=8, steps=2, batch_size=4, n_pairs=2, n_keys=4,
                           n_values=4, d_model=8, eval_size=8, num_threads=1)  # fmt: skip
     assert torch.get_num_threads() == before and len(run.losses) == 2
-    with pytest.raises(ValueError, match="num_threads"):
+    with pytest.raises(ValueError, match="threads"):
         train_retrieval(scaled=True, steps=1, num_threads=0)

@@ -239,6 +239,7 @@ def test_train_lookback_is_deterministic_and_updates_the_model():
     assert runs[0] == runs[1]
 
 
+@pytest.mark.slow
 def test_train_lookback_learns_the_task_with_positions():
     model = build_lookback_model("rope", 12, d_model=16, seed=0)
     losses = train_lookback(
@@ -271,6 +272,7 @@ def test_lookback_accuracy_matches_a_per_sequence_loop(positional):
         assert got == pytest.approx(_loop_accuracy(model, length, 40, 2, 5))
 
 
+@pytest.mark.slow
 def test_lookback_accuracy_is_none_past_a_learned_table_and_windows_shift_rope():
     learned = build_lookback_model("learned", 16, d_model=16, seed=0)
     assert lookback_accuracy(learned, 16, n=8) is not None

@@ -156,7 +156,6 @@ def test_bigbird_layout_is_fixed_per_length():
 
 
 def test_linear_attention_matches_the_float64_formula():
-    pytest.importorskip("attention.efficient.linear")
     attn = LinearAttention()
     q, k, v = make_qkv(17, batch_size=2, num_heads=3, head_dim=5, seed=4)
     phi_q, phi_k = (F.elu(t.double()) + 1 for t in (q, k))  # (B, H, L, E)
@@ -170,8 +169,6 @@ def test_linear_attention_matches_the_float64_formula():
     "attn", [WindowAttention(2, 2), BigBirdAttention(4), LinearAttention()], ids=repr
 )
 def test_wrappers_accept_an_all_true_padding_mask_and_refuse_others(attn):
-    if isinstance(attn, LinearAttention):
-        pytest.importorskip("attention.efficient.linear")
     q, k, v = make_qkv(8, batch_size=2, num_heads=1, head_dim=4)
     full = padding_mask(torch.tensor([8, 8]), 8)  # (B, 1, 1, L), all True
     torch.testing.assert_close(attn(q, k, v, mask=full), attn(q, k, v))

@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from book.experiments.ch01 import LSTMClassifier, signal_batch
-from book.experiments.training import first_step_below, moving_average, train_classifier
+from book.experiments.training import (
+    first_step_below,
+    fit,
+    moving_average,
+    torch_threads,
+    train_classifier,
+)
 
 # ------------------------------------------------------------------------------------------
 # train_classifier (on chapter 1's signal task)
@@ -81,3 +87,79 @@ def test_first_step_below():
     assert first_step_below(losses, 3.0, window=4) == 12
     assert first_step_below(losses, 0.5, window=4) is None
     assert first_step_below([0.0, 0.0], 1.0, window=4) is None
+
+
+# ------------------------------------------------------------------------------------------
+# fit, the one loop
+# ------------------------------------------------------------------------------------------
+
+
+def _regression(generator):
+    x = torch.randn(16, 3, generator=generator)
+    return x, x @ torch.tensor([1.0, -2.0, 0.5])
+
+
+def _mse(model, batch):
+    x, y = batch
+    return torch.nn.functional.mse_loss(model(x).squeeze(-1), y)
+
+
+def test_fit_learns_logs_every_step_and_leaves_eval_mode():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    log = fit(model, _regression, _mse, steps=200, lr=5e-2, data_seed=1)
+    assert len(log.losses) == 200 and log.losses[-1] < 1e-3 < log.losses[0]
+    assert not model.training and log.seconds >= 0
+
+
+def test_fit_same_data_seed_same_batches_and_same_result():
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 1)
+        runs.append(fit(model, _regression, _mse, steps=5, lr=1e-2, data_seed=7).losses)
+    assert runs[0] == runs[1]
+    torch.manual_seed(0)
+    other = fit(torch.nn.Linear(3, 1), _regression, _mse, steps=5, lr=1e-2, data_seed=8)
+    assert other.losses != runs[0]
+
+
+def test_fit_clips_the_gradient_norm():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    before = model.weight.detach().clone()
+    # One SGD-free check: with clip, Adam's first step is still lr-sized, but the clipped
+    # gradient is what the optimizer sees.
+    seen = []
+
+    def loss_of(model, batch):
+        loss = 1e6 * _mse(model, batch)
+        model.weight.register_hook(lambda g: seen.append(g.norm().item()))
+        return loss
+
+    fit(model, _regression, loss_of, steps=1, lr=1e-3, data_seed=0, clip=1.0)
+    assert seen and seen[0] > 1.0  # the raw gradient is large ...
+    assert model.weight.grad is None or model.weight.grad.norm() <= 1.0 + 1e-6  # ... clipped
+    assert not torch.equal(model.weight, before)
+
+
+def test_fit_rejects_bad_arguments():
+    model = torch.nn.Linear(3, 1)
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        fit(lambda: model, _regression, _mse, steps=1, lr=1e-3, data_seed=0)
+    with pytest.raises(TypeError, match="loss_of must be callable"):
+        fit(model, _regression, None, steps=1, lr=1e-3, data_seed=0)
+    with pytest.raises(ValueError, match="optimizer"):
+        fit(model, _regression, _mse, steps=1, lr=1e-3, data_seed=0, optimizer="sgd")
+    with pytest.raises(ValueError, match="clip"):
+        fit(model, _regression, _mse, steps=1, lr=1e-3, data_seed=0, clip=0)
+
+
+def test_torch_threads_restores_the_thread_count_even_after_an_error():
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError, match="boom"), torch_threads(1):
+        assert torch.get_num_threads() == 1
+        raise RuntimeError("boom")
+    assert torch.get_num_threads() == before
+    with torch_threads(None):
+        assert torch.get_num_threads() == before

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from book.measure.timing import min_seconds, one_thread, time_forward
+from book.measure.timing import min_seconds, time_forward
 
 
 def test_time_forward_runs_warmup_plus_repeats_without_autograd():
@@ -35,11 +35,3 @@ def test_min_seconds_calls_warmup_plus_repeats_times():
     assert 0.01 <= min_seconds(sleepy, repeats=3, warmup=2) < 0.1
     with pytest.raises(ValueError, match="repeats"):
         min_seconds(lambda: None, repeats=0)
-
-
-def test_one_thread_restores_the_thread_count_even_after_an_error():
-    before = torch.get_num_threads()
-    with pytest.raises(RuntimeError, match="boom"), one_thread():
-        assert torch.get_num_threads() == 1
-        raise RuntimeError("boom")
-    assert torch.get_num_threads() == before

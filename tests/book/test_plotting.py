@@ -14,7 +14,16 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from book.plotting import STYLE, plot_attention, plot_heads, plot_lines, set_style  # noqa: E402
+from book.plotting import (  # noqa: E402
+    STYLE,
+    plot_attention,
+    plot_bar_spread,
+    plot_heads,
+    plot_lines,
+    plot_spread,
+    reference_line,
+    set_style,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -153,3 +162,56 @@ def test_figures_render_headless(tmp_path):
     plot_attention(_weights(4, 4)).figure.savefig(tmp_path / "a.png", dpi=40)
     plot_heads(_weights(3, 4, 4)).savefig(tmp_path / "b.png", dpi=40)
     assert (tmp_path / "a.png").stat().st_size > 0 and (tmp_path / "b.png").stat().st_size > 0
+
+
+# ------------------------------------------------------------------------------------------
+# spread over seeds
+# ------------------------------------------------------------------------------------------
+
+
+def test_plot_spread_draws_the_mean_with_min_max_bars():
+    runs = {"linear": [[0.5, 0.7, 0.9], [0.8, 1.0, 0.9]]}
+    ax = plot_spread([128, 512], runs, "accuracy", "length (tokens)", "accuracy")
+    line = ax.lines[0]
+    assert np.allclose(line.get_ydata(), [0.7, 0.9])
+    # The error bars span min..max of each x.
+    segments = ax.collections[0].get_segments()
+    spans = sorted((float(s[:, 1].min()), float(s[:, 1].max())) for s in segments)
+    assert spans == [pytest.approx((0.5, 0.9)), pytest.approx((0.8, 1.0))]
+    assert "min–max over 3 seeds" in ax.get_legend().get_texts()[0].get_text()
+    assert ax.get_xlabel() == "length (tokens)" and ax.get_title() == "accuracy"
+
+
+def test_plot_bar_spread_shows_mean_whiskers_every_seed_and_a_reference():
+    ax = plot_bar_spread({"LSTM": [0.25, 0.74, 0.71], "attention": [1.0, 1.0, 1.0]},
+                         "accuracy by model", "accuracy", reference=(0.25, "chance"))  # fmt: skip
+    heights = [p.get_height() for p in ax.patches]
+    assert heights == pytest.approx([0.5667, 1.0], abs=1e-3)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "chance" in legend and "one seed" in legend and "min–max" in legend
+    dots = sum(len(c.get_offsets()) for c in ax.collections if hasattr(c, "get_offsets"))
+    assert dots >= 6
+
+
+def test_reference_line_is_drawn_above_the_data():
+    _, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    reference_line(ax, 0.5, "threshold")
+    line = ax.lines[-1]
+    assert line.get_zorder() > ax.lines[0].get_zorder() and line.get_label() == "threshold"
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: plot_spread([1, 2], {"a": [[1.0]]}, "t", "x", "y"), "has 1 entries"),
+        (lambda: plot_spread([1], {"a": [[]]}, "t", "x", "y"), "at least one value"),
+        (lambda: plot_spread([1], {"a": [[math.nan]]}, "t", "x", "y"), "finite"),
+        (lambda: plot_spread([1], {}, "t", "x", "y"), "non-empty mapping"),
+        (lambda: plot_bar_spread({"a": [1.0]}, "", "y"), "title"),
+        (lambda: reference_line(plt.subplots()[1], 0.5, ""), "label"),
+    ],
+)
+def test_spread_plots_refuse_bad_input(call, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        call()

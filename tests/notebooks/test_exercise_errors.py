@@ -19,6 +19,8 @@ from book.notebooks.check import check_notebook, find_exercise, format_report
 from book.notebooks.common import REPO, notebook_files
 from book.notebooks.exercises import write_exercise
 
+pytestmark = pytest.mark.slow  # executes notebooks
+
 SOLUTION = """\
 # %% [markdown]
 # # Chapter 94: toy

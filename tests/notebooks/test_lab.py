@@ -23,13 +23,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("jupyterlab", reason="jupyterlab is not installed")
-pytest.importorskip("jupytext", reason="jupytext is not installed")
-
 from book.notebooks import lab_settings  # noqa: E402
 from book.notebooks.common import REPO, read_py  # noqa: E402
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]  # starts JupyterLab servers
 
 STARTUP_SECONDS = 45
 DOCMANAGER = "@jupyterlab/docmanager-extension:plugin"

@@ -20,8 +20,6 @@ import pytest
 from book.notebooks.common import REPO, prepare_for_execution, read_py, write_ipynb
 from book.notebooks.exercises import write_exercise
 
-pytest.importorskip("nbval", reason="nbval is not installed")
-
 SOLUTION = """\
 # %%
 from book.checks import check, expect_equal, register

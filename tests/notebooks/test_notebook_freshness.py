@@ -51,6 +51,7 @@ plt.show()
 # %%
 from tqdm.auto import tqdm
 
+
 total = sum(i for i in tqdm(range(3)))
 total
 
@@ -102,6 +103,7 @@ def copy(executed, tmp_path):
     return tmp_path / ipynb.name
 
 
+@pytest.mark.slow  # executes a toy notebook
 def test_execution_writes_outputs_records_and_leaves_the_source_alone(executed):
     folder, py, ipynb = executed
     assert py.read_text() == TOY
@@ -137,6 +139,7 @@ def edit(path: Path, change) -> None:
     nbformat.write(nb, path)
 
 
+@pytest.mark.slow  # executes a toy notebook
 def test_an_edited_source_is_stale(copy):
     edit(copy, lambda nb: setattr(nb.cells[2], "source", nb.cells[2].source + "\nplt.close()"))
     problems = stale_problems(copy)
@@ -144,6 +147,7 @@ def test_an_edited_source_is_stale(copy):
     assert problems[-1].endswith("run `make execute NB=" + str(copy.with_suffix(".py")) + "`")
 
 
+@pytest.mark.slow  # executes a toy notebook
 def test_a_cell_without_a_record_is_stale(copy):
     edit(copy, lambda nb: nb.cells[1].metadata.pop(META_KEY))
     assert stale_problems(copy)[0] == (
@@ -151,6 +155,7 @@ def test_a_cell_without_a_record_is_stale(copy):
     )
 
 
+@pytest.mark.slow  # executes a toy notebook
 def test_out_of_order_execution_is_stale(copy):
     def rerun_first_cell(nb):
         nb.cells[1].execution_count = 5
@@ -161,11 +166,13 @@ def test_out_of_order_execution_is_stale(copy):
     )
 
 
+@pytest.mark.slow  # executes a toy notebook
 def test_a_stored_error_is_stale_unless_tagged(copy):
     edit(copy, lambda nb: nb.cells[-1].metadata.update(tags=[]))
     assert stale_problems(copy)[0] == (f"{copy}, cell 5: stored error ValueError: shown on purpose")
 
 
+@pytest.mark.slow  # executes a toy notebook
 def test_a_failing_notebook_is_not_written_and_names_the_cell(tmp_path):
     py = tmp_path / "02_broken.py"
     py.write_text("# %%\nx = 1\n\n# %%\n1 / 0\n")

@@ -45,7 +45,7 @@ from attention.positional import (
 from attention.vision import PatchEmbedding
 from book.data import Digits
 from book.experiments.ch05 import BigBirdAttention, LinearAttention, WindowAttention
-from book.experiments.training import fit, torch_threads
+from book.experiments.training import torch_threads, train_classifier
 from book.measure.flops import matmul_flop_counter
 from book.measure.memory import peak_extra_bytes
 from book.measure.timing import min_seconds
@@ -205,22 +205,23 @@ class DigitsRun:
     model: nn.Module = field(repr=False)
 
 
-def digits_batches(data: Digits, batch_size: int) -> Callable[[torch.Generator], tuple]:
-    """``make_batch(generator) -> (images (B, 1, 8, 8), labels (B,))``, drawn with replacement
-    from the training split."""
-    batch_size = check_positive_int("batch_size", batch_size)
+def digits_batches(
+    data: Digits, batch_size: int | None = None
+) -> Callable[..., tuple[Tensor, Tensor]]:
+    """``make_batch(batch_size, generator) -> (images (B, 1, 8, 8), labels (B,))``, drawn with
+    replacement from the training split (``batch_size`` given here fixes it:
+    ``make_batch(generator)``)."""
+    if batch_size is not None:
+        batch_size = check_positive_int("batch_size", batch_size)
     images, labels = data.train_images.unsqueeze(1), data.train_labels  # (N, 1, 8, 8), (N,)
 
-    def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        idx = torch.randint(len(labels), (batch_size,), generator=generator)  # (B,)
+    def draw(size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        idx = torch.randint(len(labels), (size,), generator=generator)  # (B,)
         return images[idx], labels[idx]
 
-    return make_batch
-
-
-def _loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
-    images, labels = batch
-    return F.cross_entropy(model(images), labels)
+    if batch_size is None:
+        return draw
+    return lambda generator: draw(batch_size, generator)
 
 
 def digit_accuracy(model: nn.Module, data: Digits) -> float:
@@ -244,34 +245,30 @@ def train_digits(
     lr: float = LR,
     threads: int | None = 1,
 ) -> DigitsRun:
-    """Train ``build()`` on the training split with :func:`fit` (Adam, clipping at 1).
+    """Train ``build()`` on the training split with the book's
+    :func:`~book.experiments.training.train_classifier` (Adam, clipping at 1), then measure
+    accuracy on the whole test split.
 
     The book's seed convention: parameters from ``torch.manual_seed(seed)``, batches from a
     generator seeded ``seed + 1`` — two models trained with the same seed see the same images
-    in the same order. Accuracy is measured on the whole test split.
+    in the same order. (``train_classifier``'s own accuracy, on a batch of training images, is
+    not used.)
     """
-    if isinstance(build, nn.Module) or not callable(build):
-        raise TypeError(
-            f"build must be a function returning a new model (so that the seed sets its "
-            f"weights), got {type(build).__name__}"
-        )
-    torch.manual_seed(seed)
-    model = build()
-    log = fit(
-        model,
-        digits_batches(data, batch_size),
-        _loss,
+    run = train_classifier(
+        build,
+        digits_batches(data),
         steps=steps,
+        batch_size=batch_size,
         lr=lr,
-        data_seed=seed + 1,
         clip=CLIP,
+        seed=seed,
+        eval_size=1,
         threads=threads,
         desc=label,
     )
     with torch_threads(threads):
-        accuracy = digit_accuracy(model, data)
-    n_params = sum(p.numel() for p in model.parameters())
-    return DigitsRun(label, seed, accuracy, log.losses, log.seconds, n_params, model)
+        accuracy = digit_accuracy(run.model, data)
+    return DigitsRun(label, seed, accuracy, run.losses, run.seconds, run.n_params, run.model)
 
 
 def train_grid(
@@ -445,13 +442,19 @@ def assert_working_classifier(accuracy: Sequence[float], *, threshold: float) ->
     )
 
 
+def _means(accuracy: Mapping[str, Sequence[float]], *labels: str) -> dict[str, float]:
+    """Mean accuracy per label; ``KeyError`` naming a label that is not there."""
+    for label in labels:
+        if label not in accuracy:
+            raise KeyError(f"{label!r} is not one of {list(accuracy)}")
+    return {label: _mean(v) for label, v in accuracy.items()}
+
+
 def assert_as_good_as_best(
     name: str, accuracy: Mapping[str, Sequence[float]], *, tolerance: float
 ) -> None:
     """``name``'s mean accuracy is within ``tolerance`` of the best mean among all labels."""
-    if name not in accuracy:
-        raise KeyError(f"{name!r} is not one of {list(accuracy)}")
-    means = {label: _mean(v) for label, v in accuracy.items()}
+    means = _means(accuracy, name)
     best = max(means, key=means.get)
     assert means[name] >= means[best] - tolerance, (
         f"{name} ({means[name]:.3f}) is more than {tolerance} below the best, {best} "
@@ -463,10 +466,8 @@ def assert_worse_by(
     name: str, reference: str, accuracy: Mapping[str, Sequence[float]], *, margin: float
 ) -> None:
     """``name``'s mean accuracy is at least ``margin`` below ``reference``'s."""
-    for label in (name, reference):
-        if label not in accuracy:
-            raise KeyError(f"{label!r} is not one of {list(accuracy)}")
-    gap = _mean(accuracy[reference]) - _mean(accuracy[name])
+    means = _means(accuracy, name, reference)
+    gap = means[reference] - means[name]
     assert gap >= margin, (
         f"{name} is only {gap:.3f} below {reference} (expected a gap of at least {margin})"
     )
@@ -476,10 +477,8 @@ def assert_no_loss_beyond(
     name: str, reference: str, accuracy: Mapping[str, Sequence[float]], *, tolerance: float
 ) -> None:
     """``name`` loses at most ``tolerance`` of mean accuracy against ``reference``."""
-    for label in (name, reference):
-        if label not in accuracy:
-            raise KeyError(f"{label!r} is not one of {list(accuracy)}")
-    gap = _mean(accuracy[reference]) - _mean(accuracy[name])
+    means = _means(accuracy, name, reference)
+    gap = means[reference] - means[name]
     assert gap <= tolerance, (
         f"{name} loses {gap:.3f} of mean accuracy against {reference} (tolerance {tolerance})"
     )

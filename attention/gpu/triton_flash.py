@@ -34,13 +34,12 @@ kernels run on CPU tensors in Triton's interpreter (slowly; for tests).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from .._checks import check_qkv
+from .._checks import check_bool, check_qkv, resolve_scale
 
 Tensor = torch.Tensor
 
@@ -722,7 +721,7 @@ def _with_retry(launch, configs: FlashConfigs):
         return launch(_CONFIGS_SMALL)
 
 
-def _flash_forward(
+def _launch_forward(
     q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, configs: FlashConfigs
 ) -> tuple[Tensor, Tensor]:
     """Launch the forward kernel. Returns the output ``(B, H, Lq, E)`` (contiguous) and the
@@ -753,7 +752,7 @@ def _flash_forward(
     return out, lse
 
 
-def _flash_backward(
+def _launch_backward(
     d_out: Tensor,
     q: Tensor,
     k: Tensor,
@@ -821,7 +820,7 @@ def _flash_backward(
 class _TritonFlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, configs):
-        out, lse = _flash_forward(q, k, v, causal, scale, configs)
+        out, lse = _launch_forward(q, k, v, causal, scale, configs)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.causal, ctx.scale, ctx.configs = causal, scale, configs
         return out
@@ -830,7 +829,7 @@ class _TritonFlashAttention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, d_out):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _flash_backward(d_out, q, k, v, out, lse, ctx.causal, ctx.scale, ctx.configs)
+        dq, dk, dv = _launch_backward(d_out, q, k, v, out, lse, ctx.causal, ctx.scale, ctx.configs)
         return dq, dk, dv, None, None, None
 
 
@@ -863,6 +862,7 @@ def triton_flash_attention(
             interpreter); :func:`triton_unavailable_reason` gives the same text.
     """
     check_qkv(query, key, value)
+    check_bool("causal", causal)
     if query.dtype not in SUPPORTED_DTYPES:
         raise TypeError(
             f"query must be float16, bfloat16 or float32 for the Triton kernel, got {query.dtype}"
@@ -883,23 +883,20 @@ def triton_flash_attention(
         )
     if b > 65535 or h > 65535:
         raise ValueError(f"batch and heads must be <= 65535 (grid limit), got {b} and {h}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(e)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise TypeError(f"scale must be a finite float or None, got {scale!r}")
+    scale = resolve_scale(scale, e)
     reason = triton_unavailable_reason(query.device, query.dtype)
     if reason is not None:
         raise RuntimeError(reason)
     configs = choose_configs(e, query.dtype) if configs is None else configs
     _check_configs(configs)
     q, k, v = (_last_dim_contiguous(t) for t in (query, key, value))
-    return _TritonFlashAttention.apply(q, k, v, bool(causal), float(scale), configs)
+    return _TritonFlashAttention.apply(q, k, v, causal, scale, configs)
 
 
 def attention_flops(
-    batch: int, heads: int, n_queries: int, n_keys: int, head_dim: int, *, causal: bool
+    batch: int, num_heads: int, n_queries: int, n_keys: int, head_dim: int, *, causal: bool
 ) -> float:
     """Forward FLOPs by the usual count: two matmuls of ``2·Lq·Lk·E`` each, per head, halved
     when causal. The backward pass is counted as 2.5x this (five matmuls instead of two)."""
-    flops = 4.0 * batch * heads * n_queries * n_keys * head_dim
+    flops = 4.0 * batch * num_heads * n_queries * n_keys * head_dim
     return flops / 2 if causal else flops

@@ -83,6 +83,20 @@ class FlashConfigs:
     dkdv: KernelConfig
     dq: KernelConfig
 
+    def validate(self) -> None:
+        """Raise ``ValueError`` unless every tile is >= 16 and each kernel's looping tile
+        divides its fixed one."""
+        for name, cfg, outer, inner in (
+            ("forward", self.forward, self.forward.block_m, self.forward.block_n),
+            ("dq", self.dq, self.dq.block_m, self.dq.block_n),
+            ("dkdv", self.dkdv, self.dkdv.block_n, self.dkdv.block_m),
+        ):
+            if min(cfg.block_m, cfg.block_n) < 16 or outer % inner:
+                raise ValueError(
+                    f"{name} config {cfg} is invalid: tiles must be >= 16 and the looping tile "
+                    f"must divide the fixed one"
+                )
+
 
 # Hopper-sized tiles. Registers decide most of it: the dK/dV kernel holds two (block_n, d)
 # float32 accumulators, so at d = 128 it wants 8 warps and a short query tile. float32 tiles
@@ -129,19 +143,6 @@ def choose_configs(head_dim: int, dtype: torch.dtype) -> FlashConfigs:
     if dtype == torch.float32:
         return _CONFIGS_FP32
     return _CONFIGS_16BIT_D128 if _block_d(head_dim) > 64 else _CONFIGS_16BIT_D64
-
-
-def _check_configs(configs: FlashConfigs) -> None:
-    for name, cfg, outer, inner in (
-        ("forward", configs.forward, configs.forward.block_m, configs.forward.block_n),
-        ("dq", configs.dq, configs.dq.block_m, configs.dq.block_n),
-        ("dkdv", configs.dkdv, configs.dkdv.block_n, configs.dkdv.block_m),
-    ):
-        if min(cfg.block_m, cfg.block_n) < 16 or outer % inner:
-            raise ValueError(
-                f"{name} config {cfg} is invalid: tiles must be >= 16 and the looping tile must "
-                f"divide the fixed one"
-            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -888,7 +889,7 @@ def triton_flash_attention(
     if reason is not None:
         raise RuntimeError(reason)
     configs = choose_configs(e, query.dtype) if configs is None else configs
-    _check_configs(configs)
+    configs.validate()
     q, k, v = (_last_dim_contiguous(t) for t in (query, key, value))
     return _TritonFlashAttention.apply(q, k, v, causal, scale, configs)
 

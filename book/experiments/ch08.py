@@ -353,18 +353,22 @@ def train_layout(
     lr: float = 1e-2,
     eval_size: int = 512,
     progress: bool = False,
+    initial_state: Mapping[str, Tensor] | None = None,
 ) -> LayoutRun:
     """Train :class:`LayoutPairModel` with ``layout`` on chapter 3's two-relation task.
 
     Seeds as in :func:`book.experiments.ch03.train_pairs`: parameters from ``seed``, batches
     from ``seed + 1``, the held-out batch from ``seed + 2`` — every layout starts from the same
-    weights and sees the same examples. One thread.
+    weights and sees the same examples. One thread. ``initial_state`` (a ``state_dict`` of
+    the model) replaces the initial weights drawn from ``seed``.
     """
     name = get_layout(layout).name
     torch.manual_seed(seed)
     model = LayoutPairModel(
         name, n_keys=n_pairs, n_values=n_values, d_model=d_model, num_heads=num_heads
     )
+    if initial_state is not None:
+        model.load_state_dict(initial_state)
     log = fit(
         model,
         lambda g: pairs_batch(batch_size, n_pairs, n_values, generator=g),
@@ -382,6 +386,18 @@ def train_layout(
     with torch.no_grad(), torch_threads(1):
         accuracy = relation_accuracy(model(held_out.tokens), held_out.targets)
     return LayoutRun(name, seed, log.losses, accuracy)
+
+
+def interleaved_twin_state(
+    seed: int, *, num_heads: int = 2, d_model: int = 32, n_pairs: int = 6, n_values: int = 8
+) -> dict[str, Tensor]:
+    """The initial ``state_dict`` of a *correct*-layout :class:`LayoutPairModel` computing
+    exactly what the interleaved model of :func:`train_layout` (same ``seed``) starts from."""
+    torch.manual_seed(seed)
+    model = LayoutPairModel(
+        "interleaved", n_keys=n_pairs, n_values=n_values, d_model=d_model, num_heads=num_heads
+    )
+    return _permute_qkv(model.state_dict(), "attn.", _interleaved_permutation(d_model, num_heads))
 
 
 # ------------------------------------------------------------------------------------------
@@ -519,7 +535,7 @@ def run_test(test: str | ModuleTest, module: nn.Module) -> str:
         return RAISED
 
 
-def test_table(
+def outcome_table(
     layouts: Sequence[str] = tuple(LAYOUTS), *, d_model: int = 12, num_heads: int = 2
 ) -> dict[str, dict[str, str]]:
     """``table[layout][test]``: the outcome of every test on a module with that layout (the
@@ -550,20 +566,34 @@ def one_head_equal(
     return equal
 
 
+def _interleaved_permutation(d_model: int, num_heads: int) -> Tensor:
+    """``(D,)``: feature ``perm[j]`` of a projection is what the interleaved split puts where
+    the correct split puts feature ``j`` (head h, slot e <- feature e·H + h)."""
+    return source_map("interleaved", 1, d_model, num_heads)[:, 0, :, 1].reshape(d_model)
+
+
+def _permute_qkv(state: dict[str, Tensor], prefix: str, perm: Tensor) -> dict[str, Tensor]:
+    """``state`` with the output features (rows) of ``prefix`` + ``q_proj/k_proj/v_proj``
+    permuted by ``perm``; everything else untouched."""
+    state = dict(state)
+    for name in ("q_proj", "k_proj", "v_proj"):
+        for part in ("weight", "bias"):
+            key = f"{prefix}{name}.{part}"
+            if key in state:
+                state[key] = state[key][perm]
+    return state
+
+
 def interleaved_as_correct(module: HandMultiHeadAttention) -> HandMultiHeadAttention:
     """A correct-layout module computing exactly what the ``"interleaved"`` ``module`` does:
     its Q, K, V projections' output features permuted (head h, slot e <- feature e·H + h)."""
     if module.layout.name != "interleaved":
         raise ValueError(f"module must have the 'interleaved' layout, got {module.layout.name!r}")
     d, h = module.d_model, module.num_heads
-    perm = source_map("interleaved", 1, d, h)[:, 0, :, 1].reshape(d)  # (D,): new -> old feature
-    twin = HandMultiHeadAttention(d, h, layout=CORRECT, bias=module.q_proj.bias is not None)
-    state = module.state_dict()
-    for name in ("q_proj", "k_proj", "v_proj"):
-        state[f"{name}.weight"] = state[f"{name}.weight"][perm]
-        if f"{name}.bias" in state:
-            state[f"{name}.bias"] = state[f"{name}.bias"][perm]
-    twin.load_state_dict(state)
+    twin = HandMultiHeadAttention(
+        d, h, layout=CORRECT, bias=module.q_proj.bias is not None, rotary=module.rotary
+    )
+    twin.load_state_dict(_permute_qkv(module.state_dict(), "", _interleaved_permutation(d, h)))
     return twin
 
 
@@ -650,3 +680,14 @@ def accuracy_spreads(runs: Sequence[LayoutRun]) -> dict[str, Spread]:
     for run in runs:
         by_layout.setdefault(run.layout, []).append(run.mean_accuracy)
     return {name: spread(values) for name, values in by_layout.items()}
+
+
+def assert_tests_catch_together(
+    table: Mapping[str, Mapping[str, str]], tests: Sequence[str], layouts: Sequence[str]
+) -> None:
+    """The correct layout passes every test in ``tests``, and each of ``layouts`` fails (or
+    raises on) at least one of them."""
+    rejected = [t for t in tests if table[CORRECT][t] != PASSED]
+    assert not rejected, f"these tests reject the correct layout: {rejected}"
+    missed = [name for name in layouts if all(table[name][t] == PASSED for t in tests)]
+    assert not missed, f"{list(tests)} together pass these wrong layouts: {missed}"

@@ -223,17 +223,27 @@ def test_matches_torch_names_the_layout_that_slips_through():
 # --- 08.4 -------------------------------------------------------------------------------------
 
 
-def leaks_right(module):
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 6, module.d_model, generator=g)
-    with torch.no_grad():
-        base = module(x, causal=True)
-        for t in range(x.shape[1] - 1):
-            other = x.clone()
-            other[:, t + 1 :] = torch.randn(other[:, t + 1 :].shape, generator=g)
-            if not torch.allclose(module(other, causal=True)[:, : t + 1], base[:, : t + 1]):
-                return True
-    return False
+def leaks_with(first_changed: int):
+    """A learner's leak test that changes the tokens from ``t + first_changed`` on and compares
+    the outputs up to ``t``: ``1`` is right, ``2`` an off-by-one in the test."""
+
+    def leaks(module):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(2, 6, module.d_model, generator=g)
+        with torch.no_grad():
+            base = module(x, causal=True)
+            for t in range(x.shape[1] - first_changed):
+                other = x.clone()
+                start = t + first_changed
+                other[:, start:] = torch.randn(other[:, start:].shape, generator=g)
+                if not torch.allclose(module(other, causal=True)[:, : t + 1], base[:, : t + 1]):
+                    return True
+        return False
+
+    return leaks
+
+
+leaks_right = leaks_with(1)
 
 
 def article_mask_test(module):
@@ -253,25 +263,11 @@ def whole_output(module):
         return not torch.allclose(module(x, causal=True), module(other, causal=True))
 
 
-def skips_next_token(module):
-    """An off-by-one in the test: changes the tokens after t + 1 and compares up to t."""
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 6, module.d_model, generator=g)
-    with torch.no_grad():
-        base = module(x, causal=True)
-        for t in range(x.shape[1] - 2):
-            other = x.clone()
-            other[:, t + 2 :] = torch.randn(other[:, t + 2 :].shape, generator=g)
-            if not torch.allclose(module(other, causal=True)[:, : t + 1], base[:, : t + 1]):
-                return True
-    return False
-
-
 def test_leaks_future():
     run_check("08.4", leaks_right)
     fails("08.4", article_mask_test, "'reshape split' layout.* does not leak")
     fails("08.4", whole_output, "leaks the future, but it does not")
-    fails("08.4", skips_next_token, "position t see t \\+ 1")
+    fails("08.4", leaks_with(2), "position t see t \\+ 1")
 
 
 def test_future_zoo_truths():

@@ -258,7 +258,7 @@ class HandMultiHeadAttention(nn.Module):
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)
         out, weights = scaled_dot_product_attention(
-            q, k, v, mask, causal=causal, return_weights=True
+            q, k, v, mask, causal=causal, need_weights=True
         )  # (B, H, L, Dh), (B, H, L, L)
         out = self.out_proj(self.layout.merge(out, b, l, d))  # (B, L, D)
         return (out, weights) if need_weights else out

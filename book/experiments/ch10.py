@@ -44,7 +44,7 @@ from attention.positional import (
 )
 from attention.vision import PatchEmbedding
 from book.data import Digits
-from book.experiments.ch05 import BigBirdAttention, LinearAttention, WindowAttention
+from book.experiments.ch05 import BigBirdAttnFn, LinearAttnFn, SlidingWindowAttnFn
 from book.experiments.training import torch_threads, train_classifier
 from book.measure.flops import matmul_flop_counter
 from book.measure.memory import peak_extra_bytes
@@ -79,10 +79,10 @@ def attention_kernel(attention: str) -> Callable[..., Tensor]:
     if attention == "full":
         return torch_sdpa
     if attention == "window":
-        return WindowAttention(WINDOW, WINDOW)
+        return SlidingWindowAttnFn(WINDOW, WINDOW)
     if attention == "linear":
-        return LinearAttention()
-    return BigBirdAttention(BLOCK, window=1, n_global=1, n_random=1)
+        return LinearAttnFn()
+    return BigBirdAttnFn(BLOCK, window=1, n_global=1, n_random=1)
 
 
 def allowed_pairs(attention: str, seq_len: int = SEQ_LEN) -> Tensor:

@@ -8,7 +8,15 @@ from hypothesis import strategies as st
 from IPython.core.formatters import format_display_data
 from IPython.display import Markdown
 
-from book.claims import VERDICTS, claims, claims_table, record_claim, reset_claims
+from book.claims import (
+    CLAIMS_MIME,
+    VERDICTS,
+    claims,
+    claims_table,
+    parse_claims_markdown,
+    record_claim,
+    reset_claims,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -116,3 +124,91 @@ def test_markdown_round_trips_any_single_line_text(rows):
         record_claim(f"id{n}", claim, experiment, verdict, measured)
     parsed = parse_markdown_table(claims_table().data)[2:]
     assert parsed == [[f"id{n}", *r] for n, r in enumerate(rows)]
+
+
+# --- the machine-readable copy and reading a table back ------------------------------------
+
+
+def test_display_carries_the_rows_as_json_with_the_recording_cell(monkeypatch):
+    counts = iter([7, 9])
+    monkeypatch.setattr("book.claims._current_cell", lambda: next(counts))
+    record_claim("C1", "A | B", "e", "reproduced", "x = 1")
+    record_claim("§2 q", "second", "e2", "partly", "y = 2")
+    data, _ = format_display_data(claims_table())
+    assert set(data) >= {CLAIMS_MIME, "text/markdown", "text/plain"}
+    assert data[CLAIMS_MIME] == {
+        "version": 1,
+        "claims": [
+            {"id": "C1", "claim": "A | B", "experiment": "e", "verdict": "reproduced",
+             "measured": "x = 1", "cell": 7},
+            {"id": "§2 q", "claim": "second", "experiment": "e2", "verdict": "partly",
+             "measured": "y = 2", "cell": 9},
+        ],
+    }  # fmt: skip
+
+
+def test_rerecording_moves_the_recording_cell_and_reset_forgets_it(monkeypatch):
+    counts = iter([3, 4])
+    monkeypatch.setattr("book.claims._current_cell", lambda: next(counts))
+    record_claim("a", "c", "e", "partly", "m")
+    record_claim("a", "c", "e", "reproduced", "m")
+    assert claims_table().to_json()["claims"][0]["cell"] == 4
+    reset_claims()
+    assert claims_table().to_json() == {"version": 1, "claims": []}
+
+
+def test_the_recording_cell_is_the_running_cell_of_an_ipython_shell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_cell("from book.claims import record_claim as _r", store_history=True)
+        before = shell.execution_count
+        shell.run_cell("_r('z', 'c', 'e', 'partly', 'm')", store_history=True)
+        assert claims_table().to_json()["claims"][0]["cell"] == before
+    finally:
+        InteractiveShell.clear_instance()
+
+
+def test_outside_ipython_there_is_no_cell():
+    from book.claims import _current_cell
+
+    assert _current_cell() is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12),
+            st.sampled_from(VERDICTS),
+            st.text(alphabet="ab |\\x-", min_size=1, max_size=12),
+        ),
+        max_size=4,
+    )
+)
+def test_parse_claims_markdown_inverts_the_table_even_with_pipes_and_backslashes(rows):
+    reset_claims()
+    kept = []
+    for n, (claim, verdict, measured) in enumerate(rows):
+        if not claim.strip() or not measured.strip():
+            continue
+        record_claim(f"C{n} x", claim, "exp | ment", verdict, measured)
+        kept.append(claims()[-1])
+    assert parse_claims_markdown(claims_table().data) == kept
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("not a table", "line 1 is not a table row"),
+        ("| a | b |\n| --- | --- |", "line 1 has 2 cells, expected 5"),
+        ("| id | claim | experiment | verdict | oops |\n| --- | --- | --- | --- | --- |",
+         "must start with the header"),
+    ],
+)  # fmt: skip
+def test_parse_claims_markdown_names_what_is_wrong(text, match):
+    with pytest.raises(ValueError, match=match):
+        parse_claims_markdown(text)
+    with pytest.raises(TypeError, match="text must be a str"):
+        parse_claims_markdown(None)

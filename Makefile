@@ -12,7 +12,7 @@ export OMP_NUM_THREADS ?= 2
 export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 
-.PHONY: venv lab test test-fast test-unit test-notebooks lint execute exercises check bench bench-quick gpu-check clean
+.PHONY: claims venv lab test test-fast test-unit test-notebooks lint execute exercises check bench bench-quick gpu-check clean
 
 venv: $(STAMP)
 
@@ -72,6 +72,10 @@ exercises: venv
 check: venv
 	@test -n "$(CH)" || { echo "usage: make check CH=03"; exit 2; }
 	$(PY) -m book.notebooks.check $(CH)
+
+# make claims [CHECK=1]   regenerate (or check) chapters/README.md, the claims index
+claims: venv
+	$(PY) -m book.claims_index $(if $(CHECK),--check)
 
 bench: venv
 	$(PY) -m bench

@@ -1,0 +1,104 @@
+"""Real data that ships inside installed packages: nothing here touches the network.
+
+- :func:`digits`: scikit-learn's bundled handwritten digits (1 797 real 8 × 8 greyscale
+  images, 16 levels, classes 0–9; the UCI "optdigits" test set), as tensors, with a fixed,
+  seeded, class-balanced train/test split.
+- :func:`pydoc_text`: Python's own ``pydoc_data.topics`` (the help texts of the language
+  reference, ≈ 465 k characters of English), for character-level language models;
+  :class:`CharVocab` maps it to token ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attention._checks import check_positive_int
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class Digits:
+    """Images ``(N, 8, 8)`` float32 in [0, 1] and labels ``(N,)`` int64, split in two."""
+
+    train_images: Tensor
+    train_labels: Tensor
+    test_images: Tensor
+    test_labels: Tensor
+
+
+def digits(*, test_fraction: float = 0.25, seed: int = 0) -> Digits:
+    """scikit-learn's digits as tensors, split per class so both parts hold every digit.
+
+    Pixel values 0–16 are divided by 16. The split is a seeded permutation within each class
+    (``seed``): the same seed always gives the same split.
+    """
+    from sklearn.datasets import load_digits  # reads a file inside the package
+
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    raw = load_digits()
+    images = torch.tensor(raw.images, dtype=torch.float32) / 16.0  # (N, 8, 8)
+    labels = torch.tensor(raw.target, dtype=torch.int64)  # (N,)
+    generator = torch.Generator().manual_seed(seed)
+    train, test = [], []
+    for c in range(10):
+        idx = torch.nonzero(labels == c).squeeze(1)
+        idx = idx[torch.randperm(len(idx), generator=generator)]
+        n_test = round(len(idx) * test_fraction)
+        test.append(idx[:n_test])
+        train.append(idx[n_test:])
+    train_idx, test_idx = torch.cat(train).sort().values, torch.cat(test).sort().values
+    return Digits(images[train_idx], labels[train_idx], images[test_idx], labels[test_idx])
+
+
+def pydoc_text() -> str:
+    """The text of ``pydoc_data.topics`` (stdlib), topics joined in sorted order."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[name] for name in sorted(topics))
+
+
+@dataclass(frozen=True)
+class CharVocab:
+    """A character vocabulary: ``encode`` a string to ids ``(L,)``, ``decode`` ids back."""
+
+    chars: str
+
+    @classmethod
+    def from_text(cls, text: str) -> CharVocab:
+        if not isinstance(text, str) or not text:
+            raise ValueError("text must be a non-empty str")
+        return cls("".join(sorted(set(text))))
+
+    @property
+    def size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> Tensor:
+        index = {c: i for i, c in enumerate(self.chars)}
+        unknown = sorted(set(text) - set(index))
+        if unknown:
+            raise ValueError(f"text holds characters outside the vocabulary: {unknown[:10]}")
+        return torch.tensor([index[c] for c in text], dtype=torch.int64)  # (L,)
+
+    def decode(self, ids: Tensor) -> str:
+        ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+        if any(not 0 <= i < self.size for i in ids):
+            raise ValueError(f"ids must be in [0, {self.size}), got one outside")
+        return "".join(self.chars[i] for i in ids)
+
+
+def char_windows(ids: Tensor, *, length: int, batch_size: int, generator: torch.Generator):
+    """A batch of random windows for next-token training: ``inputs (B, L)``, ``targets (B, L)``
+    where ``targets[:, t] = inputs[:, t + 1]`` in the text."""
+    length = check_positive_int("length", length)
+    batch_size = check_positive_int("batch_size", batch_size)
+    if ids.dim() != 1 or len(ids) <= length:
+        raise ValueError(f"ids must be 1-D and longer than length={length}, got {tuple(ids.shape)}")
+    starts = torch.randint(0, len(ids) - length, (batch_size,), generator=generator)  # (B,)
+    offsets = torch.arange(length + 1)  # (L+1,)
+    windows = ids[starts[:, None] + offsets]  # (B, L+1)
+    return windows[:, :-1], windows[:, 1:]

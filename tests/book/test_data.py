@@ -1,0 +1,41 @@
+"""book.data: the bundled real data sets, loaded offline and split reproducibly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from book.data import CharVocab, char_windows, digits, pydoc_text
+
+
+def test_digits_are_the_bundled_1797_images_split_per_class():
+    d = digits()
+    n = len(d.train_labels) + len(d.test_labels)
+    assert n == 1797 and d.train_images.shape[1:] == (8, 8)
+    assert d.train_images.dtype == torch.float32 and float(d.train_images.max()) == 1.0
+    assert set(d.test_labels.tolist()) == set(range(10)) == set(d.train_labels.tolist())
+    assert 0.2 < len(d.test_labels) / n < 0.3
+    again = digits()
+    assert torch.equal(again.test_labels, d.test_labels)
+    assert not torch.equal(digits(seed=1).test_images, d.test_images)
+    with pytest.raises(ValueError, match="test_fraction"):
+        digits(test_fraction=1.0)
+
+
+def test_pydoc_text_is_long_english_and_round_trips_through_the_vocabulary():
+    text = pydoc_text()
+    assert len(text) > 400_000 and "assignment" in text
+    vocab = CharVocab.from_text(text)
+    ids = vocab.encode(text[:1000])
+    assert vocab.decode(ids) == text[:1000] and int(ids.max()) < vocab.size
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        CharVocab.from_text("abc").encode("abd")
+
+
+def test_char_windows_shift_targets_by_one():
+    ids = torch.arange(100)
+    x, y = char_windows(ids, length=10, batch_size=4, generator=torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (4, 10)
+    assert torch.equal(y, x + 1)
+    with pytest.raises(ValueError, match="longer than length"):
+        char_windows(ids[:5], length=10, batch_size=1, generator=torch.Generator())

@@ -109,7 +109,8 @@ check: venv
 # make book   the static HTML book in _build/book (open _build/book/index.html); the stored
 # outputs of chapters/NN_*.ipynb, not re-executed.
 book: venv
-	$(PY) -m book.notebooks.site $(BOOK_OUT)
+	$(PY) -m sphinx -b html -q -c docs . $(BOOK_OUT)
+	@echo "make book: open $(BOOK_OUT)/index.html"
 
 bench: venv
 	$(AGG) $(PY) -m bench

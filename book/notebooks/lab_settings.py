@@ -11,8 +11,8 @@ Writes three things under ``PREFIX`` (the ``.venv``), each read by JupyterLab at
 - ``etc/jupyter/jupyter_server_config.json``, the server's: the file browser
   hides the ``.ipynb`` of each ``NN_slug`` pair (its ``.py`` twin opens the same notebook,
   outputs included) and the book's pristine ``exercises/`` folder (learners work on their copy
-  in ``my-exercises/``); kernels left without a browser tab are shut down after 10 minutes
-  idle.
+  in ``my-exercises/``); a kernel no browser tab is connected to is shut down
+  (:mod:`book.notebooks.lab_kernels`).
 
 Usage: python -m book.notebooks.lab_settings .venv
 """
@@ -40,11 +40,7 @@ OVERRIDES = {
 HIDE_GLOBS = ["__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "[0-9][0-9]_*.ipynb", "exercises"]
 SERVER_CONFIG = {
     "ContentsManager": {"hide_globs": HIDE_GLOBS},
-    "MappingKernelManager": {
-        "cull_idle_timeout": 600,
-        "cull_interval": 60,
-        "cull_connected": False,
-    },
+    "ServerApp": {"kernel_manager_class": "book.notebooks.lab_kernels.TabKernelManager"},
     "LabApp": {"news_url": None, "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"},
 }
 

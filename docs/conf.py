@@ -39,6 +39,9 @@ html_theme_options = {
 }
 html_context = {"default_mode": "auto"}  # light or dark as the reader's system is
 html_show_sourcelink = False  # the download button offers the .ipynb
+# Result summaries are fetched from the pages, which browsers refuse for a site opened from
+# disk (file://): show titles only, so that search works offline without errors.
+html_show_search_summary = False
 
 # The landing page is docs/index.html; index.html at the top of the site sends readers there.
 REDIRECT = (

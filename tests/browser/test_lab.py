@@ -95,6 +95,9 @@ class MakeLab:
 
     def __init__(self, root: Path, workdir: Path) -> None:
         self.root = root
+        # The committed chapter, as the copy holds it before a reader touches it.
+        self.committed_nb = nbformat.read(root / (CHAPTER + ".ipynb"), as_version=4)
+        self.committed_py = (root / (CHAPTER + ".py")).read_bytes()
         self.token = secrets.token_hex(16)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -305,7 +308,7 @@ def test_3_run_all_and_save_gives_the_committed_notebook_back(session, lab):
     assert errors == [], f"cells raised: {errors}"
 
     saved = lab.notebook(CHAPTER + ".ipynb")
-    committed = nbformat.read(REPO / (CHAPTER + ".ipynb"), as_version=4)
+    committed = lab.committed_nb
     code = [c for c in saved.cells if c.cell_type == "code" and c.source.strip()]
     assert [c.execution_count for c in code] == list(range(1, len(code) + 1))
     stored_errors = [o for c in code for o in c.outputs if o.output_type == "error"]
@@ -316,7 +319,7 @@ def test_3_run_all_and_save_gives_the_committed_notebook_back(session, lab):
     on_disk = (lab.root / (CHAPTER + ".ipynb")).read_text(encoding="utf-8")
     assert figures(nbformat.reads(on_disk, as_version=4)) == figures(committed)
     py = (lab.root / (CHAPTER + ".py")).read_bytes()
-    assert py == (REPO / (CHAPTER + ".py")).read_bytes(), "saving changed the .py twin"
+    assert py == lab.committed_py, "saving changed the .py twin"
 
 
 def test_4_closing_shuts_the_kernel_down_and_reopening_shows_no_widget_error(session, lab):

@@ -242,6 +242,18 @@ def pair_problems(py_path: Path, ipynb_path: Path) -> list[str]:
         problems.append(
             f"{name}: the .py has {len(py_cells)} cells, the .ipynb has {len(nb_cells)}"
         )
+    stored = read_ipynb(ipynb_path).metadata.get("jupytext", {})
+    config = jupytext_config()
+    for key in ("notebook_metadata_filter",):  # (it keeps the cell filter out of the .py)
+        if key in stored and stored[key] != getattr(config, key):
+            # jupytext's contents manager writes the .ipynb as py:percent with this filter when
+            # the .ipynb is the newer file (after a pull, say), finds header lines the .py
+            # lacks, and JupyterLab refuses to open the chapter.
+            problems.append(
+                f"{name}: its metadata has {key} {stored[key]!r}, jupytext.toml says "
+                f"{getattr(config, key)!r}; JupyterLab would refuse to open it once the .ipynb "
+                f"is newer: run `make execute` (or `make exercises`)"
+            )
     return problems
 
 

@@ -113,6 +113,15 @@ def test_a_changed_cell_type_and_an_extra_cell_are_reported(toy_pair):
     assert f"{ipynb}, cell 2: .py has a markdown cell, .ipynb a code cell" in problems
 
 
+def test_a_pair_jupyterlab_would_refuse_to_open_is_reported(toy_pair):
+    py, ipynb = toy_pair
+    old_filter = "-jupytext.text_representation.jupytext_version,-attention_book"
+    edit_ipynb(ipynb, lambda nb: nb.metadata.setdefault("jupytext", {}).update(
+        notebook_metadata_filter=old_filter))  # fmt: skip
+    [problem] = pair_problems(py, ipynb)
+    assert "JupyterLab would refuse to open it" in problem and "notebook_metadata_filter" in problem
+
+
 def test_a_missing_twin_is_reported(toy_pair):
     py, ipynb = toy_pair
     py.unlink()

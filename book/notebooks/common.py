@@ -245,7 +245,8 @@ def pair_problems(py_path: Path, ipynb_path: Path) -> list[str]:
     stored = read_ipynb(ipynb_path).metadata.get("jupytext", {})
     config = jupytext_config()
     for key in ("notebook_metadata_filter",):  # (it keeps the cell filter out of the .py)
-        if key in stored and stored[key] != getattr(config, key):
+        # ("-all" is what jupytext records for a .py without a header: nothing to differ.)
+        if stored.get(key, "-all") not in ("-all", getattr(config, key)):
             # jupytext's contents manager writes the .ipynb as py:percent with this filter when
             # the .ipynb is the newer file (after a pull, say), finds header lines the .py
             # lacks, and JupyterLab refuses to open the chapter.

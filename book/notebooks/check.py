@@ -1,9 +1,11 @@
 """Check a learner's exercises: ``make check CH=03``.
 
-Runs a copy of ``exercises/03_*.ipynb`` (the notebook you edit in JupyterLab; its ``.py`` twin
-instead if only that was edited since) in a temporary folder, with every ``check(...)`` call
-recording its result, then prints one row per exercise: id, title, ✓/✗, message. Your files
-are never modified. Exit code 0 iff every exercise passes.
+Runs a copy of your ``my-exercises/03_*`` notebook (see :mod:`book.notebooks.workbook`) in a
+temporary folder, with every ``check(...)`` call recording its result, then prints one row per
+exercise: id, title, ✓/✗, message. Your files are never modified. JupyterLab saves the
+``.ipynb`` and its ``.py`` twin together; when the two hold different cells (one was edited
+outside JupyterLab), the one saved last is checked, and the report says so. Exit code 0 iff
+every exercise passes (``--exit-zero``: 0 once the table is printed, as ``make check`` does).
 
 Usage:
     python -m book.notebooks.check 03
@@ -23,8 +25,17 @@ from pathlib import Path
 import nbformat
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-from book.notebooks.common import REPO, check_ids, error_outputs, read_ipynb, read_py, rel
+from book.notebooks.common import (
+    REPO,
+    check_ids,
+    content_hash,
+    error_outputs,
+    read_ipynb,
+    read_py,
+    rel,
+)
 from book.notebooks.common import execute as run_notebook
+from book.notebooks.workbook import WORK_DIR
 
 RESULTS_ENV = "ATTENTION_CHECK_RESULTS"  # book.checks.RESULTS_ENV (not imported: no torch)
 
@@ -53,29 +64,40 @@ class Report:
     notebook: Path
     rows: list[Row]
     errors: list[CellError]  # errors raised outside check(), e.g. by calling a stub directly
+    note: str = ""  # which file of a pair was checked, and why
 
     @property
     def passed(self) -> bool:
         return bool(self.rows) and all(row.passed for row in self.rows)
 
 
-def find_exercise(chapter: str, folder: Path = REPO / "exercises") -> Path:
-    """The notebook to check for chapter ``chapter``: the ``.ipynb``, or its ``.py`` twin when
-    only the ``.py`` exists or it was saved more recently."""
+def find_exercise(chapter: str, folder: Path = REPO / WORK_DIR) -> tuple[Path, str]:
+    """The notebook to check for chapter ``chapter`` in ``folder``, and a note on the choice.
+
+    A pair whose two files hold the same cells is checked through its ``.ipynb`` (the note
+    says the twin agrees); otherwise the file saved last, and the note says the other differs.
+    """
     if not chapter.isdigit():
         raise SystemExit(f"error: CH must be a chapter number like 03, got {chapter!r}")
     chapter = f"{int(chapter):02d}"
-    found = sorted(folder.glob(f"{chapter}_*.ipynb")) or sorted(folder.glob(f"{chapter}_*.py"))
-    if len(found) != 1:
-        names = ", ".join(p.name for p in found) or "none"
-        raise SystemExit(f"error: expected one exercises/{chapter}_*.ipynb, found {names}")
-    nb_path = found[0].with_suffix(".ipynb")
-    py_path = found[0].with_suffix(".py")
-    if not nb_path.exists() or (
-        py_path.exists() and py_path.stat().st_mtime > nb_path.stat().st_mtime
-    ):
-        return py_path
-    return nb_path
+    folder = Path(folder)
+    stems = sorted({p.stem for p in folder.glob(f"{chapter}_*") if p.suffix in (".py", ".ipynb")})
+    if len(stems) != 1:
+        names = ", ".join(stems) or "none"
+        raise SystemExit(f"error: expected one {folder.name}/{chapter}_* notebook, found {names}")
+    nb_path, py_path = folder / f"{stems[0]}.ipynb", folder / f"{stems[0]}.py"
+    if not nb_path.exists():
+        return py_path, ""
+    if not py_path.exists():
+        return nb_path, ""
+    if content_hash(read_py(py_path)) == content_hash(read_ipynb(nb_path)):
+        return nb_path, "its .py twin holds the same cells"
+    newer, older = (
+        (py_path, nb_path)
+        if py_path.stat().st_mtime > nb_path.stat().st_mtime
+        else (nb_path, py_path)
+    )
+    return newer, f"saved after {older.name}, whose cells differ: that one was not checked"
 
 
 def _load(path: Path) -> nbformat.NotebookNode:
@@ -145,7 +167,8 @@ def format_report(report: Report) -> str:
     table = [("exercise", "title", "ok", "message")]
     table += [(r.id, r.title, "✓" if r.passed else "✗", r.message) for r in report.rows]
     widths = [max(len(row[i]) for row in table) for i in range(3)]
-    lines = [f"Checked {rel(report.notebook)} (a copy; your file is unchanged)", ""]
+    note = f"; {report.note}" if report.note else ""
+    lines = [f"Checked {rel(report.notebook)} (a copy; your file is unchanged{note})", ""]
     for row in table:
         cells = [row[i].ljust(widths[i]) for i in range(3)] + [row[3]]
         lines.append("  ".join(cells).rstrip())
@@ -163,15 +186,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("chapter", nargs="?", help="chapter number, e.g. 03")
     parser.add_argument("--notebook", type=Path, help="check this notebook instead")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per cell (300)")
+    parser.add_argument("--root", type=Path, default=REPO, help=f"the book ({WORK_DIR}/ in it)")
+    parser.add_argument("--exit-zero", action="store_true", help="exit 0 once the table is out")
     args = parser.parse_args(argv)
     if args.notebook is None and args.chapter is None:
         parser.error("give a chapter number (make check CH=03) or --notebook PATH")
-    path = args.notebook if args.notebook is not None else find_exercise(args.chapter)
+    if args.notebook is not None:
+        path, note = args.notebook, ""
+    else:
+        path, note = find_exercise(args.chapter, args.root / WORK_DIR)
     if not path.exists():
         parser.error(f"no such notebook: {path}")
     report = check_notebook(path, timeout=args.timeout)
+    report.note = note
     print(format_report(report))
-    return 0 if report.passed else 1
+    return 0 if report.passed or args.exit_zero else 1
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ META_KEY = "attention_book"
 PY_FORMAT = "py:percent"
 # Every generated .ipynb names the same kernel, whatever machine made it (no diff churn).
 KERNELSPEC = {"display_name": "Python 3 (attention-book)", "language": "python", "name": "python3"}
-# Stored figures go through the inline backend; the Makefile's MPLBACKEND=Agg would hide them.
+# Stored figures go through the inline backend, whatever MPLBACKEND the caller has (Agg would
+# hide them). The kernel spec that `make venv` installs sets it too, for JupyterLab's kernels.
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 CHECK_CALL = re.compile(r"""\bcheck\(\s*["'](\d{2}\.\d+)["']""")
@@ -107,13 +108,22 @@ def prepare_for_execution(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
+# What every kernel of the book gets (here and in the kernel spec JupyterLab starts).
+KERNEL_ENV = {"MPLBACKEND": INLINE_BACKEND, "PYTHONHASHSEED": "0"}
+# ipykernel warns on stderr that its loopback TCP transport is not encrypted: noise in
+# `make check` and `make execute`, whose kernels never leave this machine.
+KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
+
+
 def kernel_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment a notebook kernel runs in: inline figures, fixed hash seed, no bars."""
+    """The environment a notebook kernel runs in: inline figures, fixed hash seed.
+
+    Progress bars stay on: ``book.progress`` leaves a line without timings in the output, the
+    same in every run, so the stored notebook is what a reader's Run All gives."""
     env = dict(os.environ)
-    env["MPLBACKEND"] = INLINE_BACKEND
-    env["PYTHONHASHSEED"] = "0"
+    env.update(KERNEL_ENV)
     env.setdefault("OMP_NUM_THREADS", "2")
-    env["TQDM_DISABLE"] = "1"  # text progress bars are for live runs, not for stored outputs
+    env.pop("TQDM_DISABLE", None)
     env.pop("ATTENTION_CHECK_RESULTS", None)
     env.update(extra or {})
     return env
@@ -139,6 +149,7 @@ def execute(
         kernel_name="python3",
         allow_errors=allow_errors,
         record_timing=False,
+        extra_arguments=list(KERNEL_ARGS),
         store_widget_state=False,  # widget state is large and changes every run
         resources={"metadata": {"path": str(cwd)}},
     )
@@ -147,12 +158,15 @@ def execute(
     return time.perf_counter() - start
 
 
-def drop_widget_outputs(nb: nbformat.NotebookNode) -> None:
-    """Remove widget views (tqdm.auto's notebook bars): without the kernel they render as an
-    error or a stale "0%", and their state would bloat the file."""
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.outputs = [out for out in cell.outputs if WIDGET_MIME not in out.get("data", {})]
+def widget_outputs(nb: nbformat.NotebookNode) -> list[int]:
+    """Indices of the cells that store a widget view: widget state is not saved, so a reopened
+    notebook shows "Error displaying widget" there (``book.progress`` draws text instead)."""
+    return [
+        i
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        and any(WIDGET_MIME in out.get("data", {}) for out in cell.get("outputs", []))
+    ]
 
 
 def record_sources(nb: nbformat.NotebookNode) -> None:
@@ -228,6 +242,19 @@ def pair_problems(py_path: Path, ipynb_path: Path) -> list[str]:
         problems.append(
             f"{name}: the .py has {len(py_cells)} cells, the .ipynb has {len(nb_cells)}"
         )
+    stored = read_ipynb(ipynb_path).metadata.get("jupytext", {})
+    config = jupytext_config()
+    for key in ("notebook_metadata_filter",):  # (it keeps the cell filter out of the .py)
+        # ("-all" is what jupytext records for a .py without a header: nothing to differ.)
+        if stored.get(key, "-all") not in ("-all", getattr(config, key)):
+            # jupytext's contents manager writes the .ipynb as py:percent with this filter when
+            # the .ipynb is the newer file (after a pull, say), finds header lines the .py
+            # lacks, and JupyterLab refuses to open the chapter.
+            problems.append(
+                f"{name}: its metadata has {key} {stored[key]!r}, jupytext.toml says "
+                f"{getattr(config, key)!r}; JupyterLab would refuse to open it once the .ipynb "
+                f"is newer: run `make execute` (or `make exercises`)"
+            )
     return problems
 
 
@@ -236,7 +263,7 @@ def stale_problems(ipynb_path: Path) -> list[str]:
 
     Every non-empty code cell must carry the hash of the source it ran from, equal to the
     hash of its current source; execution counts must be 1..n in order (one top-to-bottom
-    run); no error output, except in cells tagged ``raises-exception``.
+    run); no error output, except in cells tagged ``raises-exception``; no widget view.
     """
     name = rel(ipynb_path)
     nb = read_ipynb(ipynb_path)
@@ -263,6 +290,11 @@ def stale_problems(ipynb_path: Path) -> list[str]:
             problems.append(
                 f"{name}, cell {i}: stored error {out.get('ename')}: {out.get('evalue')}"
             )
+    problems += [
+        f"{name}, cell {i}: stores a widget view, which a reopened notebook shows as an error "
+        f"(draw progress with book.progress.progress, not tqdm.auto or ipywidgets)"
+        for i in widget_outputs(nb)
+    ]
     if problems:
         problems.append(f"{name}: run `make execute NB={rel(Path(ipynb_path).with_suffix('.py'))}`")
     return problems

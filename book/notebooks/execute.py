@@ -2,8 +2,7 @@
 
 For each notebook: read the ``.py`` (the source), run it top to bottom in a fresh ``python3``
 kernel with the notebook's folder as working directory, record in each code cell the hash of
-the source it ran from, drop widget views (tqdm bars), and write the ``.ipynb`` next to the
-``.py``. A notebook that fails is
+the source it ran from, and write the ``.ipynb`` next to the ``.py``. A notebook that fails is
 not written (the committed one stays as it was) and the run exits non-zero.
 
 Usage:
@@ -26,7 +25,6 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 from book.notebooks.common import (
     META_KEY,
     REPO,
-    drop_widget_outputs,
     error_outputs,
     prepare_for_execution,
     read_py,
@@ -73,7 +71,6 @@ def execute_one(py_path: Path, timeout: int) -> float:
         raise CellExecutionError(
             f"{rel(py_path)}, {where}:\n{err}", err.ename, err.evalue
         ) from None
-    drop_widget_outputs(nb)
     record_sources(nb)
     nb.metadata[META_KEY] = {
         "executed_from": py_path.name,

@@ -9,14 +9,16 @@ exercise notebook of the book (slow: as long as the exercises take to run).
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 import nbformat
 import pytest
 
 from book.notebooks import check as check_exercises
+from book.notebooks import workbook
 from book.notebooks.check import check_notebook, find_exercise, format_report
-from book.notebooks.common import REPO, notebook_files
+from book.notebooks.common import REPO, notebook_files, read_py, write_ipynb
 from book.notebooks.exercises import write_exercise
 
 pytestmark = pytest.mark.slow  # executes notebooks
@@ -145,22 +147,52 @@ def test_a_deleted_check_cell_still_counts_as_a_failure(toy):
     assert "94.3" in text and "✗" in text and "0/1 exercises pass" in text
 
 
-def test_find_exercise_prefers_the_notebook_unless_the_py_is_newer(tmp_path):
-    folder = tmp_path / "exercises"
+def test_find_exercise_checks_an_agreeing_pair_by_its_ipynb_else_the_file_saved_last(tmp_path):
+    folder = tmp_path / "my-exercises"
     folder.mkdir()
     py, ipynb = folder / "03_multi_head.py", folder / "03_multi_head.ipynb"
-    py.write_text("# %%\n")
-    assert find_exercise("3", folder) == py  # only the .py
-    ipynb.write_text("{}")
+    py.write_text("# %%\nx = 1\n")
+    assert find_exercise("3", folder) == (py, "")  # only the .py
+    write_ipynb(read_py(py), ipynb)  # what JupyterLab's pairing saves: the same cells
+    assert find_exercise("03", folder) == (ipynb, "its .py twin holds the same cells")
     now = time.time()
-    os.utime(py, (now - 10, now - 10))
-    assert find_exercise("03", folder) == ipynb
+    py.write_text("# %%\nx = 2\n")  # edited outside JupyterLab
     os.utime(py, (now + 10, now + 10))
-    assert find_exercise("03", folder) == py
-    with pytest.raises(SystemExit, match="expected one exercises/04_"):
+    path, note = find_exercise("03", folder)
+    assert path == py and note.startswith("saved after 03_multi_head.ipynb, whose cells differ")
+    os.utime(ipynb, (now + 20, now + 20))
+    assert find_exercise("03", folder)[0] == ipynb
+    with pytest.raises(SystemExit, match="expected one my-exercises/04_"):
         find_exercise("04", folder)
     with pytest.raises(SystemExit, match="CH must be a chapter number"):
         find_exercise("three", folder)
+
+
+def test_make_check_exits_zero_with_the_table_and_names_the_file(toy, tmp_path, capsys):
+    _, exercise = toy
+    assert workbook.prepare(exercise.parent.parent) == [
+        exercise.parent.parent / workbook.WORK_DIR / exercise.name
+    ]
+    args = ["--root", str(exercise.parent.parent), "94"]
+    assert check_exercises.main(args) == 1  # nothing solved yet
+    assert check_exercises.main(["--exit-zero", *args]) == 0  # make check: the table is the result
+    out = capsys.readouterr().out
+    copy = "my-exercises/94_toy.ipynb (a copy; your file is unchanged; its .py twin holds"
+    assert copy in out
+
+
+def test_the_workbook_copies_new_chapters_and_never_overwrites_a_copy(toy, tmp_path):
+    _, exercise = toy
+    root = tmp_path / "book"
+    shutil.copytree(exercise.parent, root / "exercises")
+    [copy] = workbook.prepare(root)
+    assert copy == root / "my-exercises" / "94_toy.py"
+    assert copy.read_bytes() == exercise.read_bytes()
+    assert copy.with_suffix(".ipynb").read_bytes() == exercise.with_suffix(".ipynb").read_bytes()
+    copy.with_suffix(".ipynb").write_text("my work")
+    copy.unlink()  # one file of the pair left: still the learner's
+    assert workbook.prepare(root) == []
+    assert copy.with_suffix(".ipynb").read_text() == "my work"
 
 
 @pytest.mark.slow

@@ -49,10 +49,9 @@ plt.show()
 # %%
 
 # %%
-from tqdm.auto import tqdm
+from book.progress import progress
 
-
-total = sum(i for i in tqdm(range(3)))
+total = sum(i for i in progress(range(3), desc="toy loop"))
 total
 
 # %% tags=["raises-exception"]
@@ -116,7 +115,9 @@ def test_execution_writes_outputs_records_and_leaves_the_source_alone(executed):
     assert code[0].outputs[0]["text"].strip() == str(folder)  # cwd = the notebook's folder
     assert "image/png" in code[1].outputs[0]["data"]  # figures are stored (inline backend)
     assert all(WIDGET_MIME not in out.get("data", {}) for c in code for out in c.outputs)
-    assert code[3].outputs[-1]["data"]["text/plain"] == "3"
+    bar, result = code[3].outputs  # the bar's last state, without timings, then the value
+    assert bar["output_type"] == "display_data" and bar["data"] == {"text/plain": "toy loop: 3/3"}
+    assert result["data"]["text/plain"] == "3"
     assert code[4].outputs[0]["ename"] == "ValueError"  # allowed: tagged raises-exception
 
 
@@ -170,6 +171,15 @@ def test_out_of_order_execution_is_stale(copy):
 def test_a_stored_error_is_stale_unless_tagged(copy):
     edit(copy, lambda nb: nb.cells[-1].metadata.update(tags=[]))
     assert stale_problems(copy)[0] == (f"{copy}, cell 5: stored error ValueError: shown on purpose")
+
+
+@pytest.mark.slow  # executes a toy notebook
+def test_a_stored_widget_view_is_stale(copy):
+    widget = nbformat.v4.new_output("display_data", data={WIDGET_MIME: {"model_id": "abc"}})
+    edit(copy, lambda nb: nb.cells[4].outputs.append(widget))
+    [problem, _] = stale_problems(copy)
+    assert problem.startswith(f"{copy}, cell 4: stores a widget view")
+    assert "book.progress.progress" in problem
 
 
 @pytest.mark.slow  # executes a toy notebook

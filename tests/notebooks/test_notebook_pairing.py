@@ -7,6 +7,9 @@ means one side was edited alone. The test never runs ``jupytext --sync``: it rea
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import nbformat
 import pytest
 from jupytext.config import find_jupytext_configuration_file
@@ -110,6 +113,15 @@ def test_a_changed_cell_type_and_an_extra_cell_are_reported(toy_pair):
     assert f"{ipynb}, cell 2: .py has a markdown cell, .ipynb a code cell" in problems
 
 
+def test_a_pair_jupyterlab_would_refuse_to_open_is_reported(toy_pair):
+    py, ipynb = toy_pair
+    old_filter = "-jupytext.text_representation.jupytext_version,-attention_book"
+    edit_ipynb(ipynb, lambda nb: nb.metadata.setdefault("jupytext", {}).update(
+        notebook_metadata_filter=old_filter))  # fmt: skip
+    [problem] = pair_problems(py, ipynb)
+    assert "JupyterLab would refuse to open it" in problem and "notebook_metadata_filter" in problem
+
+
 def test_a_missing_twin_is_reported(toy_pair):
     py, ipynb = toy_pair
     py.unlink()
@@ -122,3 +134,33 @@ def test_a_missing_twin_is_reported(toy_pair):
 def test_the_py_round_trips_through_the_ipynb_exactly(toy_pair):
     py, ipynb = toy_pair
     assert py_text(nbformat.read(ipynb, as_version=4)).endswith(TOY)
+
+
+def test_saving_a_chapter_in_jupyterlab_leaves_its_py_twin_unchanged(tmp_path):
+    """JupyterLab saves through jupytext's contents manager, which copies the metadata filters
+    of jupytext.toml into the notebook: they must not reach the .py header."""
+    import asyncio
+
+    from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
+    from jupytext.async_contentsmanager import build_async_jupytext_contents_manager_class
+
+    shutil.copy(REPO / "jupytext.toml", tmp_path / "jupytext.toml")
+    (tmp_path / "chapters").mkdir()
+    chapters = sorted((REPO / "chapters").glob("[0-9][0-9]_*.py"))
+    for py in chapters:
+        shutil.copy(py, tmp_path / "chapters" / py.name)
+        shutil.copy(py.with_suffix(".ipynb"), tmp_path / "chapters" / f"{py.stem}.ipynb")
+    manager = build_async_jupytext_contents_manager_class(AsyncLargeFileManager)(
+        root_dir=str(tmp_path)
+    )
+
+    async def open_and_save(path: str) -> None:
+        model = await manager.get(path, content=True, type="notebook")
+        await manager.save(json.loads(json.dumps(model, default=str)), path)
+
+    for py in chapters:
+        asyncio.run(open_and_save(f"chapters/{py.name}"))
+    changed = [
+        p.name for p in chapters if (tmp_path / "chapters" / p.name).read_bytes() != p.read_bytes()
+    ]
+    assert changed == [], f"saving rewrote {changed}"

@@ -25,8 +25,8 @@
 # and a convolutional network on equal terms. **Two modalities**: words attend to image
 # patches through cross-attention, and CLIP aligns images with their captions by contrast.
 #
-# The data is real where a reader would expect it: the 1 797 handwritten digits that
-# scikit-learn ships (8 × 8 pixels, scanned from 43 writers), and the Mauna Loa CO₂ record
+# The data is real where a reader would expect it: the 1,797 handwritten digits that
+# scikit-learn ships (8 × 8 pixels, 16 grey levels), and the Mauna Loa CO₂ record
 # that statsmodels ships (weekly measurements since 1958). Both load from files inside the
 # installed packages; nothing here touches the network. The price is scale: these images are
 # tiny and the series is short, and every model below trains in a second or two on one CPU
@@ -52,7 +52,7 @@ import torch
 from torch import nn
 
 from attention.blocks import EncoderLayer
-from attention.efficient.probsparse import probsparse_attention
+from attention.efficient.probsparse import n_selected, probsparse_attention
 from attention.functional import scaled_dot_product_attention
 from attention.multimodal import clip_contrastive_loss
 from attention.timeseries import (
@@ -95,7 +95,7 @@ torch.set_num_threads(1)  # tiny models: one thread is the fastest, and the stea
 fig = patches_to_tokens()
 
 # %% [markdown]
-# Our images are the digits: 1 347 for training and 450 for testing, split per class
+# Our images are the digits: 1,347 for training and 450 for testing, split per class
 # (`book.data.digits`), each 8 × 8 pixels with 16 grey levels, scaled to $[0, 1]$. With
 # $p = 2$ a digit becomes 16 patch tokens of 4 pixels each. Cutting is a reshape and a
 # permutation: split each axis into (patch index, pixel inside the patch), bring the two
@@ -106,7 +106,9 @@ fig = patches_to_tokens()
 
 # %%
 data = digits()
-print(f"train {tuple(data.train_images.shape)}, test {tuple(data.test_images.shape)}")
+n_digits = len(data.train_labels) + len(data.test_labels)
+print(f"{n_digits} digits: train {tuple(data.train_images.shape)}, "
+      f"test {tuple(data.test_images.shape)}")  # fmt: skip
 
 torch.manual_seed(0)
 embed = PatchEmbedding(8, 2, 1, 32)
@@ -147,7 +149,7 @@ fig.tight_layout()
 # An image of side $S$ cut into patches of side $p$ gives $N = (S/p)^2$ tokens: doubling the
 # side quadruples the tokens, and since attention scores every pair, it multiplies the score
 # table by sixteen. We count exactly what one forward pass of a small ViT (width 32, 4 heads,
-# 2 layers, patches of 2 pixels) does at sides 8, 16, 32 and 64 (the last is 1 024 patches,
+# 2 layers, patches of 2 pixels) does at sides 8, 16, 32 and 64 (the last is 1,024 patches,
 # a modest 64 × 64 thumbnail): the FLOPs of every matrix product and convolution (torch's
 # FLOP counter), the peak bytes held at once (counted tensor by tensor), and the time (shown
 # only: it is this machine's).
@@ -234,17 +236,26 @@ fig.tight_layout()
 
 # %% [markdown]
 # The per-token part wins on the smallest image, where there are only 17 tokens; by side 64
-# the two attention products are almost the whole bill, and every further doubling of the
-# side multiplies it by sixteen. A 224 × 224 photograph with the original ViT's 16 × 16
-# patches gives 196 tokens, which is affordable; at 1 024 × 1 024 it gives 4 096, and with
-# the small patches that detection and segmentation want, far more. That is the problem Swin
-# addresses in section 7.2.
+# the two attention products are 89 % of the bill, and every further doubling of the side
+# multiplies them by sixteen. At the sizes of real photographs, with the original ViT's
+# patches of 16 pixels:
+
+# %%
+for side in (224, 1024):
+    n_patches = (side // 16) ** 2
+    print(f"{side} × {side} pixels: {n_patches} patches, {(n_patches + 1) ** 2:,} scores per "
+          f"head and layer")  # fmt: skip
+
+# %% [markdown]
+# 196 patches are affordable; 4,096 are not, and detection and segmentation want smaller
+# patches still. That is the problem Swin addresses in section 7.2.
 #
 # ### Does a ViT learn digits as well as a convolutional network?
 #
-# The ViT paper's main empirical finding was about data, not cost: trained on ImageNet alone
-# (1.3 M images), ViTs fell behind convolutional ResNets of similar size, and overtook them
-# only after pre-training on 14 M to 300 M images. The explanation offered is inductive bias:
+# The ViT paper's main empirical finding was about data, not cost: trained on ImageNet alone,
+# ViTs fell behind convolutional ResNets of similar size, and overtook them only after
+# pre-training on one to two orders of magnitude more images (ImageNet-21k, JFT-300M). The
+# explanation offered is inductive bias:
 # a convolution *assumes* that nearby pixels belong together and that a pattern means the same
 # thing anywhere in the image, while a ViT must learn both from examples (only the cut into
 # patches is built in; even the layout of the patches comes from learned position
@@ -254,7 +265,7 @@ fig.tight_layout()
 # the scale: does the convolutional network win when data is scarce, and does the gap close as
 # data grows? Two models of similar size: the library's `VisionTransformer` (2×2 patches,
 # width 32, 4 heads, 2 layers) and a small LeNet-style CNN (two 3×3 convolutions with
-# pooling, a two-layer classifier). The budget is the same for both: 300 steps of Adam
+# pooling, a two-layer classifier). The budget is the same for both: 200 steps of Adam
 # (learning rate $3 \cdot 10^{-3}$) on batches of 32, three seeds, trained on 150 digits and
 # on all 1 347, and tested on the same 450 held-out digits.
 #
@@ -266,7 +277,7 @@ fig.tight_layout()
 # %%
 DATA_GAP = 0.03
 SIZES = (150, 1347)
-VIT_STEPS = 300
+VIT_STEPS = 200
 
 
 def build_vit() -> VisionTransformer:
@@ -294,6 +305,11 @@ for (name, n), s in acc_digits.items():
     print(f"{name} on {n:>4} training digits: test accuracy {s}")
 gaps = {n: acc_digits["CNN", n].mean - acc_digits["ViT", n].mean for n in SIZES}
 print("CNN minus ViT (mean accuracy):", ", ".join(f"{gaps[n]:+.3f} with {n}" for n in SIZES))
+for name in ("ViT", "CNN"):  # is training still making progress when the budget runs out?
+    curves = [moving_average(digit_runs[name, SIZES[1], s].losses, 20) for s in SEEDS]
+    mid, end = (sum(c[k] for c in curves) / len(SEEDS) for k in (VIT_STEPS // 2 - 1, -1))
+    print(f"{name}, all digits: training loss (20-step mean) {mid:.3f} at step "
+          f"{VIT_STEPS // 2}, {end:.3f} at step {VIT_STEPS}")  # fmt: skip
 
 # %%
 ax = plot_spread(
@@ -329,7 +345,17 @@ record_claim(
 )
 
 # %% [markdown]
-# VIT-DATA-VERDICT
+# **Verdict: reproduced, in the direction the data argument predicts.** With 150 training
+# digits the CNN leads by about 20 points of accuracy (0.92 against 0.72), with all 1,347 by
+# about 12 (0.95 against 0.83): the gap shrinks as the data grows, and the CNN is also the
+# steadier of the two across seeds. What this scale cannot show is the other half of the known
+# result, the crossover: the ViT paper needed tens of millions of images before its models
+# overtook convolutional ones, and our whole training set is a small fraction of a single
+# ImageNet class. Two caveats a sceptic would raise. The budget is short: after 200 steps the
+# ViT's training loss is still almost four times the CNN's (0.588 against 0.158) and falling
+# faster, so at this scale "needs more data" is partly "needs more optimisation" — the
+# convolution's built-in assumptions also make it quicker to train. And neither model is
+# tuned. Both caveats point the same way as the published result.
 #
 # ## 7.2 Windows instead of the whole image: Swin (C25)
 #
@@ -355,7 +381,7 @@ fig = shifted_windows()
 # One Swin block (the package's `SwinBlock`: width 32, 2 heads, 4 × 4 windows, shifted by 2)
 # against one pre-LN Transformer encoder layer with global attention (`EncoderLayer`, same
 # width, heads and feed-forward size), on token maps of side 8, 16 and 32 (64 to 1 024
-# tokens), counted exactly as in 7.1.
+# tokens), counted exactly as in section 7.1.
 #
 # **Threshold, from the claim.** "Linear in the image size" is exact for window attention:
 # the FLOPs and the peak bytes per token must be the same at every size (ratio 4.00 per
@@ -470,7 +496,16 @@ record_claim(
 )
 
 # %% [markdown]
-# RF-PROSE
+# The picture is exact, not statistical. With regular windows the red token's field is its own
+# 4 × 4 window, 16 tokens, whether one block or four are stacked: no amount of depth lets
+# information in from outside, because every block partitions the map the same way. With the
+# shift, one block is still one window (the first block is a regular one), but two blocks
+# reach 64 tokens, 48 of them outside the window: the shifted window around the token overlaps
+# four regular windows, and each brings in everything it saw in the block before. Four blocks
+# reach 192 tokens. The field grows by up to a window's width per pair of blocks (regular,
+# then shifted), so covering a large image takes depth — or the patch merging below, which
+# halves every distance at each stage. **Verdict on "information crosses windows": reproduced**, and
+# without the shift it provably never does.
 #
 # ### Patch merging: a pyramid of feature maps
 #
@@ -502,8 +537,25 @@ print(" → ".join(f"{s}×{s}×{c}" for s, c in pyramid), "| last tensor", tuple
 ch07.assert_c25_pyramid(pyramid)
 
 # %% [markdown]
-# PYRAMID-PROSE
-#
+# Every stage halves the side and doubles the width: a 16 × 16 × 16 map becomes 8 × 8 × 32,
+# then 4 × 4 × 64, the shapes a convolutional backbone (ResNet) hands to a detection or
+# segmentation head, at a cost that stays linear in the area at every stage. The claim goes
+# further — that these maps *suit* detection and segmentation — and that is beyond what
+# this chapter can test: it would take a detection data set and a head (FPN, UPerNet) trained
+# on top. We record the pyramid as shown and the suitability as untested.
+
+# %%
+record_claim(
+    "C25 pyramid",
+    claim="Swin's patch merging gives hierarchical feature maps that suit detection and "
+    "segmentation",
+    experiment="three stages of SwinBlocks with PatchMerging on a 16×16×16 token map",
+    verdict="partly",
+    measured=" → ".join(f"{s}×{s}×{c}" for s, c in pyramid)
+    + " (side halves, width doubles); suitability for detection not tested",
+)
+
+# %% [markdown]
 # ### A task that only the shift can solve
 #
 # The receptive field says what *can* flow; a trained model shows whether it matters. The
@@ -546,7 +598,8 @@ ax = plot_bar_spread(
     ylabel="accuracy on held-out maps",
     reference=(1 / N_COLOURS, "chance (1 of 4 colours)"),
 )
-ax.set_ybound(0, 1.1)
+ax.set_ybound(0, 1.45)
+ax.legend(loc="upper left", ncol=2)
 
 # %%
 ch07.assert_c25_shift_decides(
@@ -566,7 +619,14 @@ record_claim(
 )
 
 # %% [markdown]
-# SHIFT-TASK-PROSE
+# At the window border the regular windows score 0.26, chance for four colours, at every seed:
+# the neighbour's colour is simply not in the tokens they can see. With the second block
+# shifted the same border reaches 0.95–0.97. Inside the windows both variants are perfect
+# (1.00), so the models learned the task; only the border, where the information has to cross,
+# separates them. **Verdict on C25: reproduced** in its three measurable parts — cost linear in
+# the area (exactly), information crossing windows only with the shift (exactly, and decisively
+# in a trained model), and a feature pyramid from patch merging — with the use of that
+# pyramid for detection left untested.
 #
 # ## 7.3 Time series: is attention the right tool for periodic, trending data? (C26)
 #
@@ -608,6 +668,8 @@ splits = {
     for name, (values, phase) in series.items()
 }
 noise_floor = 0.2**2 / splits["synthetic"].std ** 2  # the MSE of a perfect forecast
+print(f"CO₂: {len(co2.values)} months from {co2.start}, {float(co2.values.min()):.1f} to "
+      f"{float(co2.values.max()):.1f} {co2.unit}")  # fmt: skip
 for name, split in splits.items():
     print(f"{name}: {len(split.train)} training, {len(split.val)} validation, "
           f"{len(split.test)} test windows; training mean {split.mean:.2f}, "
@@ -627,10 +689,10 @@ axes[1].set_xlabel("month")
 axes[1].set_ylabel("value")
 for ax, xs in ((axes[0], years), (axes[1], torch.arange(len(synthetic_values)))):
     n = len(xs)
-    for frac, label in ((0.7, "validation →"), (0.8, "test →")):
-        x = float(xs[int(frac * n)])
-        ax.axvline(x, color="0.4", ls=":", lw=1)
-        ax.text(x, ax.get_ylim()[1], label, fontsize=8, va="top")
+    val_start, test_start = float(xs[int(0.7 * n)]), float(xs[int(0.8 * n)])
+    ax.axvspan(val_start, test_start, color="tab:orange", alpha=0.15, label="validation")
+    ax.axvspan(test_start, float(xs[-1]), color="tab:red", alpha=0.12, label="test")
+    ax.legend(loc="upper left")
 fig.tight_layout()
 
 # %% [markdown]
@@ -644,7 +706,7 @@ fig.tight_layout()
 # - **TCN**: causal dilated convolutions, 16 channels, dilations 1 to 16, so the last step
 #   sees all 36 months (`TCNForecaster`).
 # - **Transformer**: every month a token (value embedding + sinusoidal position), one pre-LN
-#   encoder layer of width 32 with 4 heads, a linear head on all tokens
+#   encoder layer of width 32 with 2 heads, a linear head on all tokens
 #   (`TransformerForecaster`), learning rate tuned.
 # - **+ time**: the same with a learned embedding of the calendar month added to every token,
 #   Informer's "time-stamp" encoding.
@@ -657,7 +719,7 @@ fig.tight_layout()
 # Every trained model works relative to the last observed value (`LastValueNormalization`,
 # the trick of DLinear's sibling NLinear): a trending series keeps leaving the range seen in
 # training, and subtracting the last value removes its level. Every one gets 200 steps of
-# Adam on batches of 32 windows, gradients clipped at 1, three seeds. "Tuned" means the
+# Adam on batches of 16 windows, gradients clipped at 1, three seeds. "Tuned" means the
 # learning rate was chosen from $\{10^{-3}, 3 \cdot 10^{-3}, 10^{-2}\}$ by the validation error
 # of seed 0, for the LSTM and, to be fair, for the plain Transformer; the others use
 # $3 \cdot 10^{-3}$.
@@ -670,16 +732,19 @@ fig.tight_layout()
 
 # %%
 AS_GOOD = 0.10
-FORECAST_STEPS, LR_GRID, DEFAULT_LR = 200, (1e-3, 3e-3, 1e-2), 3e-3
+FORECAST_STEPS, FORECAST_BATCH, LR_GRID, DEFAULT_LR = 200, 16, (1e-3, 3e-3, 1e-2), 3e-3
 INFORMER_FACTOR = 2
+print(f"active queries: Informer's c = 5 at L = 96: {n_selected(96, 5)} of 96; "
+      f"ours, c = {INFORMER_FACTOR} at L = {LOOKBACK}: {n_selected(LOOKBACK, INFORMER_FACTOR)} "
+      f"of {LOOKBACK}")  # fmt: skip
 forecasters = {
     "DLinear": lambda: DLinear(LOOKBACK, HORIZON, kernel_size=13),
     "LSTM": lambda: LSTMForecaster(LOOKBACK, HORIZON, 32),
     "TCN": lambda: TCNForecaster(LOOKBACK, HORIZON, 16),
-    "Transformer": lambda: TransformerForecaster(LOOKBACK, HORIZON, 32, 4, 1, 64),
-    "+ time": lambda: TransformerForecaster(LOOKBACK, HORIZON, 32, 4, 1, 64, period=PERIOD),
+    "Transformer": lambda: TransformerForecaster(LOOKBACK, HORIZON, 32, 2, 1, 64),
+    "+ time": lambda: TransformerForecaster(LOOKBACK, HORIZON, 32, 2, 1, 64, period=PERIOD),
     "Informer-style": lambda: TransformerForecaster(
-        LOOKBACK, HORIZON, 32, 4, 1, 64, period=PERIOD,
+        LOOKBACK, HORIZON, 32, 2, 1, 64, period=PERIOD,
         attn_fn=ProbSparseAttention(factor=INFORMER_FACTOR),
     ),  # fmt: skip
 }
@@ -690,14 +755,19 @@ def normalised(name: str):
     return lambda: LastValueNormalization(forecasters[name]())
 
 
-chosen_lr, tuning = {}, {}
-for series_name, split in splits.items():
+def train(series_name: str, name: str, lr: float, seed: int) -> ch07.ForecastRun:
+    return ch07.train_forecaster(
+        normalised(name), splits[series_name], steps=FORECAST_STEPS, lr=lr, seed=seed,
+        batch_size=FORECAST_BATCH,
+    )  # fmt: skip
+
+
+chosen_lr, tuning, tuning_runs = {}, {}, {}
+for series_name in splits:
     for name in TUNED:
         for lr in LR_GRID:
-            run = ch07.train_forecaster(
-                normalised(name), split, steps=FORECAST_STEPS, lr=lr, seed=0
-            )
-            tuning[series_name, name, lr] = run.val_mse
+            tuning_runs[series_name, name, lr] = train(series_name, name, lr, seed=0)
+            tuning[series_name, name, lr] = tuning_runs[series_name, name, lr].val_mse
         chosen_lr[series_name, name] = min(LR_GRID, key=lambda lr: tuning[series_name, name, lr])
 for (series_name, name), lr in chosen_lr.items():
     vals = ", ".join(f"{g:g}: {tuning[series_name, name, g]:.4f}" for g in LR_GRID)
@@ -705,13 +775,14 @@ for (series_name, name), lr in chosen_lr.items():
 
 # %%
 forecast_runs = {}
-for series_name, split in splits.items():
+for series_name in splits:
     for name in progress(forecasters, desc=f"forecasters on {series_name}"):
         lr = chosen_lr.get((series_name, name), DEFAULT_LR)
         for seed in SEEDS:
-            forecast_runs[series_name, name, seed] = ch07.train_forecaster(
-                normalised(name), split, steps=FORECAST_STEPS, lr=lr, seed=seed
-            )
+            if (series_name, name, lr) in tuning_runs and seed == 0:  # the same run: reuse it
+                forecast_runs[series_name, name, seed] = tuning_runs[series_name, name, lr]
+            else:
+                forecast_runs[series_name, name, seed] = train(series_name, name, lr, seed)
 mse = {
     (series_name, name): spread([forecast_runs[series_name, name, s].test_mse for s in SEEDS])
     for series_name in splits
@@ -744,15 +815,51 @@ for ax, series_name in zip(axes, splits, strict=True):
         ax=ax,
     )
     ax.tick_params(axis="x", labelrotation=25)
+    top = max(max(mse[series_name, n].values) for n in forecasters)
+    ax.set_ybound(0, 1.6 * max(top, naive_mse[series_name]))
 reference_line(axes[1], noise_floor, "noise floor (perfect forecast)", color="tab:green")
-axes[1].legend()
+for ax in axes:
+    ax.legend(loc="upper left", ncol=2, fontsize=8)
 fig.tight_layout()
 
 # %%
 mse_table = {series: {name: mse[series, name].values for name in forecasters} for series in splits}
-ch07.assert_c26_lstm_as_good_and_steadier(mse_table, tol=AS_GOOD)
+holds = {series: ch07.c26_claim_holds(mse_table[series], tol=AS_GOOD) for series in splits}
+print("C26 holds (LSTM or TCN as good as, or steadier than, the Transformer):", holds)
+
+# %% [markdown]
+# Series by series:
+#
+# - **Synthetic: the claim holds.** The TCN (0.0131) and the LSTM (0.0137) both beat the plain
+#   Transformer (0.0153), and both are steadier (seed ranges 0.0012 and 0.0017 against 0.0037).
+#   Best of all is DLinear, 0.0121, not far above the noise floor of 0.0091.
+# - **CO₂: the claim fails.** Here the plain Transformer is the best trained model, 0.0039,
+#   and also the steadiest (range 0.0005). The tuned LSTM comes second, 0.0045, but that is
+#   more than `AS_GOOD` above, and its range is 0.0014; the TCN is last, 0.0064.
+# - **The additions hurt on both series.** The calendar embedding raises the Transformer's
+#   error (0.0059 on CO₂, 0.0172 on the synthetic series) and ProbSparse on top raises it
+#   again (0.0065 and 0.0205).
+# - **DLinear** beats every Transformer variant on the synthetic series; on CO₂ it trails the
+#   plain Transformer (0.0050) but beats the time-aware and Informer-style ones.
+# - Every trained model is far below the seasonal copy on CO₂ (0.0293): the copy is a year
+#   behind the trend, which is exactly what a last-value normalised model corrects.
+#
+# A sceptic's warning, which we checked the hard way: the ranking of the trained models on
+# CO₂ is not robust. A draft of this notebook with batches of 32 windows and 4 heads (all else
+# equal) had the LSTM level with the Transformer there; halving the batch and the heads turned
+# a tie into a clear Transformer lead. With 95 test windows from a single decade and three
+# seeds, differences of this size are within what such a change moves. The asserting cell
+# below pins the verdict this run supports, series by series, so that a re-run that changes it
+# fails loudly instead of silently contradicting the text.
+
+# %%
+ch07.assert_c26_recurrent_vs_attention(
+    mse_table, tol=AS_GOOD, holds={"CO₂ (Mauna Loa)": False, "synthetic": True}
+)
 ch07.assert_c26_additions_do_not_help(mse_table)
-ch07.assert_c26_linear_holds_its_own(mse_table, naive_mse, tol=AS_GOOD)
+ch07.assert_c26_linear_anchor(
+    mse_table, naive_mse, beats_all={"CO₂ (Mauna Loa)": False, "synthetic": True}
+)
 
 
 def mse_text(series_name: str, *names: str) -> str:
@@ -766,9 +873,10 @@ record_claim(
     experiment=f"36 → 12-month forecasts of Mauna Loa CO₂ and a synthetic series, "
     f"{FORECAST_STEPS} steps each, 3 seeds, last-value normalisation, lr tuned on validation "
     "for LSTM and Transformer",
-    verdict="reproduced",
-    measured=f"CO₂: {mse_text('CO₂ (Mauna Loa)', 'LSTM', 'TCN', 'Transformer')}; synthetic: "
-    f"{mse_text('synthetic', 'LSTM', 'TCN', 'Transformer')} (test MSE, standardised)",
+    verdict="partly",
+    measured=f"synthetic (holds): {mse_text('synthetic', 'LSTM', 'TCN', 'Transformer')}; CO₂ "
+    f"(fails): {mse_text('CO₂ (Mauna Loa)', 'LSTM', 'TCN', 'Transformer')} (test MSE, "
+    "standardised)",
 )
 record_claim(
     "C26 additions",
@@ -786,13 +894,31 @@ record_claim(
     experiment="DLinear (888 parameters) against the three Transformer variants (≈22 k), same "
     "budget",
     verdict="partly",
-    measured=f"CO₂: {mse_text('CO₂ (Mauna Loa)', 'DLinear', 'Transformer')}, seasonal naive "
-    f"{naive_mse['CO₂ (Mauna Loa)']:.4f}; synthetic: "
-    f"{mse_text('synthetic', 'DLinear', 'Transformer')}, noise floor {noise_floor:.4f}",
+    measured=f"synthetic: {mse_text('synthetic', 'DLinear', 'Transformer', 'Informer-style')}; "
+    f"CO₂: {mse_text('CO₂ (Mauna Loa)', 'DLinear', 'Transformer', 'Informer-style')}",
 )
 
 # %% [markdown]
-# FORECAST-PROSE
+# **Verdict on C26: partly reproduced.** On the synthetic series — periodic, trending, noisy —
+# the recurrent and convolutional forecasters are as good as attention and steadier, as
+# claimed. On the real, smooth CO₂ record the plain Transformer wins. Neither outcome is a
+# landslide, and the comparison between the trained models is fragile at this scale.
+#
+# **Verdict on the additions: not reproduced.** Both made the Transformer worse, on both
+# series. Neither is mysterious. A 36-month window holds three full years, so the calendar
+# month of each value is already written in the values' own cycle; the embedding adds twelve
+# vectors to fit and nothing the model did not have. ProbSparse gives all but 8 of the 36
+# queries the plain mean of the values, which throws away the step-by-step detail a forecaster
+# lives on; it was designed to make inputs of hundreds or thousands of steps affordable, not to
+# improve accuracy on short ones (the next cell shows what it saves at length).
+#
+# **Verdict on the anchor, Zeng et al.: partly reproduced.** Against the kind of model they
+# tested, a Transformer with time-stamp encodings and sparse attention, DLinear wins on both
+# series, with 888 parameters against 22,892, and on the synthetic series it beats every model
+# here. But a plain Transformer given the same last-value normalisation beats DLinear on CO₂ —
+# which is where the field went next: later Transformer forecasters (PatchTST among them)
+# recovered their lead over linear models largely through such normalisation and by grouping
+# time steps into patches, the same move ViT made for images.
 #
 # ### What ProbSparse is for: long inputs
 #
@@ -926,7 +1052,15 @@ record_claim(
 )
 
 # %% [markdown]
-# READER-PROSE
+# Every word found its quadrant, and found it sharply: about 0.97 of each word's attention
+# lands on the 4 patches of its quadrant at every seed, against 0.25 for attention spread
+# evenly, and the digits are read correctly 0.93 of the time (chance: 0.1). The heat maps show
+# the same thing on one image: each word lights up its own corner. Nothing in the model
+# knows what "top-left" means; the position embeddings of the patches and the word vectors
+# were learned together, from the loss alone. This is the mechanism by which captioning and
+# visual question-answering models let a word "look" at a region, and, as in chapter 5, a
+# heat map of it shows where a query read, not why the model answered as it did (chapter 9).
+# **Verdict on the cross-attention part of C27: reproduced.**
 #
 # ### A tiny CLIP
 #
@@ -965,7 +1099,7 @@ ch07.assert_clip_uniform_loss(uniform_loss, B_CHECK)
 # encoder is a one-layer ViT on 4 × 4 patches, the text encoder a one-layer Transformer over
 # the two tokens, both of width 32, projected to a shared width of 32 by the package's
 # `CLIPHead`, whose temperature is learned (in log space, starting at CLIP's $\tau = 0.07$).
-# 300 steps of Adam on batches of 32, three seeds. The test is retrieval among 100 pairs of
+# 250 steps of Adam on batches of 32, three seeds. The test is retrieval among 100 pairs of
 # *test* digits, one per caption: for each picture, is its own caption the most similar of
 # the 100 (image → text), and for each caption, is its own picture (text → image)? Chance is
 # 1 in 100 each way.
@@ -982,7 +1116,7 @@ ch07.assert_clip_uniform_loss(uniform_loss, B_CHECK)
 # temperature matters if the runs at $\tau = 1$ retrieve worse on average in both directions.
 
 # %%
-MIN_RETRIEVAL, CLIP_STEPS = 0.10, 300
+MIN_RETRIEVAL, CLIP_STEPS = 0.10, 250
 train_pairs = (data.train_images, data.train_labels)
 test_pairs = (data.test_images, data.test_labels)
 clip_runs = {
@@ -1074,9 +1208,82 @@ record_claim(
 )
 
 # %% [markdown]
-# CLIP-PROSE
+# With the learned temperature the tiny CLIP retrieves the right caption for 0.31 of the
+# held-out pictures and the right picture for 0.43 of the captions, against 0.01 by chance,
+# at every seed well above the threshold. It has learned, without a single class label, which
+# digit shapes go with which words and in which order. With $\tau = 1$ both directions drop to
+# about 0.2, and the loss stalls at 2.73, close to the lowest value that scale allows (2.488)
+# and far from the learned runs' 0.99: the embeddings cannot express more confidence than the
+# scale lets through, so the gradients stop pushing pairs apart long before they are well
+# separated. (The learned runs *start* above $\ln 32$: at a scale of 14.3, even random
+# embeddings give confident logits, and confidently wrong ones cost more than uniform ones.)
+# The learned scale ends near 16, a little above its starting point, 14.3: the
+# model asked for sharper logits. That is why CLIP learns $\tau$ rather than fixing it (and
+# why it clamps $1/\tau$ at 100: unbounded, it can run away and destabilise training).
+#
+# What the small scale cannot show: CLIP's reason for being is zero-shot transfer — hundreds of
+# millions of web pairs and an open vocabulary, so that any new class can be named in words. Our
+# vocabulary is ten tokens and our "captions" are closed-form, so retrieval here is a
+# well-posed matching problem, not open-ended understanding. Everything the claim says about
+# the *mechanism* — two encoders, a projection to a shared width, a symmetric contrastive
+# loss, a temperature — is what we built and measured. **Verdict on C27: reproduced**, for
+# both the cross-attention and the contrastive alignment, with the temperature as an
+# ingredient that matters.
 #
 # ## Claims checked
 
 # %%
 claims_table()
+
+# %% [markdown]
+# ## Takeaways
+#
+# - An image becomes a sequence by cutting it into patches; a reshape alone does not do it
+#   (exercise 07.1). What ViT gives up is the convolution's assumptions about images, and at
+#   small data it pays for that: the CNN was ahead at every training-set size we tried, by
+#   less as the data grew.
+# - Global attention over patches costs a quadratic in their number, exactly: the FLOPs of a
+#   ViT are a quadratic in the tokens whose leading coefficient is $4 \cdot$ layers $\cdot d$.
+#   Window attention costs the same per token at every size.
+# - Windows are islands unless the grid moves. The shifted window is what lets information
+#   cross, and without it a model provably cannot see past a border — which the trained model
+#   showed as chance accuracy exactly there.
+# - For forecasting, a fair comparison needs a split in time, one budget, several seeds and a
+#   seasonal-naive line to beat. On our two series no architecture won everywhere; the
+#   additions meant to help Transformers (calendar embeddings, ProbSparse) hurt at this input
+#   length, and a linear model with 888 parameters was never far from the best.
+# - Cross-attention lets words read image regions; contrastive learning aligns two encoders
+#   without labels, provided the temperature lets the logits be confident.
+#
+# ## Exercises
+#
+# `exercises/07_variants_by_task.ipynb` has five: cut images into patch tokens (in the order
+# the patch embedding expects); write Swin's shifted-window attention (and roll it back);
+# write CLIP's symmetric loss (both directions); count the attention scores of a ViT layer;
+# and write the seasonal-naive forecast. Check your answers in the notebook, or all at once
+# with `make check CH=07`.
+#
+# ## Further reading
+#
+# - Dosovitskiy, Beyer, Kolesnikov, Weissenborn, Zhai, Unterthiner, Dehghani, Minderer,
+#   Heigold, Gelly, Uszkoreit, Houlsby (2021), *An Image is Worth 16x16 Words: Transformers
+#   for Image Recognition at Scale* — ViT, and its results against data size.
+# - Liu, Lin, Cao, Hu, Wei, Zhang, Lin, Guo (2021), *Swin Transformer: Hierarchical Vision
+#   Transformer using Shifted Windows* — window attention, the cyclic shift and its mask,
+#   patch merging.
+# - Zhou, Zhang, Peng, Zhang, Li, Xiong, Zhang (2021), *Informer: Beyond Efficient Transformer
+#   for Long Sequence Time-Series Forecasting* — ProbSparse attention and time-stamp
+#   encodings.
+# - Zeng, Chen, Zhang, Xu (2023, AAAI; arXiv 2022), *Are Transformers Effective for Time Series
+#   Forecasting?* — DLinear and NLinear against the Transformer forecasters.
+# - Nie, Nguyen, Sinthong, Kalagnanam (2023), *A Time Series is Worth 64 Words: Long-term
+#   Forecasting with Transformers* — PatchTST: patches and instance normalisation.
+# - Bai, Kolter, Koltun (2018), *An Empirical Evaluation of Generic Convolutional and Recurrent
+#   Networks for Sequence Modeling* — the TCN.
+# - Radford, Kim, Hallacy, Ramesh, Goh, Agarwal, Sastry, Askell, Mishkin, Clark, Krueger,
+#   Sutskever (2021), *Learning Transferable Visual Models From Natural Language Supervision*
+#   — CLIP.
+# - Alayrac et al. (2022), *Flamingo: a Visual Language Model for Few-Shot Learning* —
+#   cross-attention from a language model to image features.
+# - Keeling, Whorf (2004), *Atmospheric CO₂ records from sites in the SIO air sampling
+#   network* — the source of the Mauna Loa series statsmodels ships.

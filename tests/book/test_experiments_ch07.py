@@ -333,12 +333,25 @@ def _mse(**by_model):
     return {"a": base | by_model, "b": dict(base)}
 
 
-def test_assert_c26_lstm_as_good_and_steadier():
-    ch07.assert_c26_lstm_as_good_and_steadier(_mse(), tol=0.1)
-    with pytest.raises(AssertionError, match="more than 10% above"):
-        ch07.assert_c26_lstm_as_good_and_steadier(_mse(LSTM=[1.2, 1.21]), tol=0.1)
-    with pytest.raises(AssertionError, match="not steadier"):
-        ch07.assert_c26_lstm_as_good_and_steadier(_mse(LSTM=[0.8, 1.2]), tol=0.1)
+def test_c26_claim_holds_when_lstm_or_tcn_is_as_good_or_steadier():
+    data = _mse()["a"]
+    assert ch07.c26_claim_holds(data, tol=0.1)  # LSTM as good and steadier
+    worse_but_steady = data | {"LSTM": [1.5, 1.52], "TCN": [2.0, 3.0]}
+    assert ch07.c26_claim_holds(worse_but_steady, tol=0.1)  # steadier is enough
+    tcn_only = data | {"LSTM": [2.0, 3.0], "TCN": [1.0, 1.05]}
+    assert ch07.c26_claim_holds(tcn_only, tol=0.1)
+    neither = data | {"LSTM": [1.5, 2.0], "TCN": [2.0, 3.0], "Transformer": [0.9, 1.0]}
+    assert not ch07.c26_claim_holds(neither, tol=0.1)
+
+
+def test_assert_c26_recurrent_vs_attention():
+    mse = _mse()
+    ch07.assert_c26_recurrent_vs_attention(mse, tol=0.1, holds={"a": True, "b": True})
+    with pytest.raises(AssertionError, match="a: the claim holds .* the verdict says it fails"):
+        ch07.assert_c26_recurrent_vs_attention(mse, tol=0.1, holds={"a": False, "b": True})
+    bad = _mse(LSTM=[1.5, 2.0], TCN=[2.0, 3.0], Transformer=[0.9, 1.0])
+    with pytest.raises(AssertionError, match="a: the claim fails"):
+        ch07.assert_c26_recurrent_vs_attention(bad, tol=0.1, holds={"a": True, "b": True})
 
 
 def test_assert_c26_additions_do_not_help():
@@ -349,13 +362,18 @@ def test_assert_c26_additions_do_not_help():
         ch07.assert_c26_additions_do_not_help(_mse(**{"Informer-style": [0.8, 0.9]}))
 
 
-def test_assert_c26_linear_holds_its_own():
-    ch07.assert_c26_linear_holds_its_own(_mse(), {"a": 3.0, "b": 3.0}, tol=0.1)
-    with pytest.raises(AssertionError, match="above the best Transformer"):
-        ch07.assert_c26_linear_holds_its_own(_mse(DLinear=[1.5, 1.5]), {"a": 3.0, "b": 3.0},
-                                             tol=0.1)  # fmt: skip
+def test_assert_c26_linear_anchor():
+    naive = {"a": 3.0, "b": 3.0}
+    mse = _mse(Transformer=[1.1, 1.2])  # DLinear (1.0) below every variant on "a"
+    ch07.assert_c26_linear_anchor(mse, naive, beats_all={"a": True, "b": False})
+    with pytest.raises(AssertionError, match="a: DLinear .* beats every Transformer"):
+        ch07.assert_c26_linear_anchor(mse, naive, beats_all={"a": False, "b": False})
+    with pytest.raises(AssertionError, match="does not beat the Informer-style"):
+        ch07.assert_c26_linear_anchor(_mse(DLinear=[1.5, 1.5]), naive,
+                                      beats_all={"a": False, "b": False})  # fmt: skip
     with pytest.raises(AssertionError, match="seasonal naive"):
-        ch07.assert_c26_linear_holds_its_own(_mse(), {"a": 0.5, "b": 3.0}, tol=0.1)
+        ch07.assert_c26_linear_anchor(mse, {"a": 0.5, "b": 3.0},
+                                      beats_all={"a": True, "b": False})  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------

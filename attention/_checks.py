@@ -7,6 +7,8 @@ Nothing is silently broadcast into a wrong answer.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 
 import torch
@@ -174,3 +176,176 @@ def check_base(base: object) -> float:
     if not base > 1:
         raise ValueError(f"base must be > 1, got {base}")
     return float(base)
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Raise ``TypeError`` unless ``value`` is a bool (``1`` or ``None`` are refused: a flag
+    given by position or by mistake should not silently mean ``True`` or ``False``)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} ({value!r})")
+    return value
+
+
+def check_scale(scale: object) -> float | None:
+    """``scale`` of the attention scores: ``None`` (the default ``1/sqrt(E)``, see
+    :func:`resolve_scale`) or a finite real number, returned as a float."""
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a float or None, got {type(scale).__name__} ({scale!r})")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+    return float(scale)
+
+
+def resolve_scale(scale: object, head_dim: int) -> float:
+    """The scale the scores are multiplied by: ``scale`` validated by :func:`check_scale`, or
+    by default ``1 / sqrt(head_dim)`` ("Attention Is All You Need"; 1.0 for an empty head)."""
+    scale = check_scale(scale)
+    if scale is not None:
+        return scale
+    return 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype attention is computed in for inputs of ``dtype``: float16 and bfloat16 in
+    float32 (their exp and row sums would lose too much), every other dtype as it is."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def check_nonnegative_float(name: str, value: object) -> float:
+    """Raise unless ``value`` is a finite real number >= 0 (e.g. an ``eps``); return a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__} ({value!r})")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite float >= 0, got {value}")
+    return float(value)
+
+
+def check_positive_scalar(name: str, value: object) -> Tensor | float:
+    """Raise unless ``value`` is a real number > 0 or a one-element float tensor holding one
+    (a learnable parameter: returned as a 0-dim tensor, so gradients still flow)."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or not value.is_floating_point():
+            raise ValueError(
+                f"{name} must be a positive float or a one-element float tensor, got a tensor "
+                f"of shape {tuple(value.shape)} and dtype {value.dtype}"
+            )
+        if float(value.detach()) <= 0:
+            raise ValueError(f"{name} must be > 0, got {float(value.detach())}")
+        return value.reshape(())
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float or a tensor, got {type(value).__name__}")
+    if not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    return float(value)
+
+
+def check_divisible(name: str, value: int | tuple[int, ...], by_name: str, by: int) -> None:
+    """Raise ``ValueError`` unless ``value`` (an int, or every int of a tuple such as an image's
+    ``(height, width)``) is a multiple of ``by``."""
+    values = value if isinstance(value, tuple) else (value,)
+    remainders = tuple(v % by for v in values)
+    if any(remainders):
+        shown = f"({value})" if isinstance(value, int) else str(value)
+        got = remainders[0] if isinstance(value, int) else remainders
+        raise ValueError(
+            f"{name} {shown} must be divisible by {by_name} ({by}); got remainder {got}"
+        )
+
+
+def check_tokens(
+    name: str,
+    x: object,
+    width: int,
+    *,
+    width_name: str = "d_model",
+    length: int | None = None,
+    dtype: torch.dtype | None = None,
+    layout: str = "[batch, seq, d_model]",
+) -> Tensor:
+    """Token representations: ``x`` must be a float ``(B, L, width)`` tensor.
+
+    ``length``: ``L`` must equal it too (e.g. a Swin grid's ``H·W``). ``dtype``: the module's
+    weights' dtype, which ``x`` must share (a float64 input into float32 weights is a
+    mistake, not something to cast silently). ``layout`` names the dims in the messages.
+    """
+    check_float(name, x)
+    check_rank(name, x, 3, layout)
+    if length is not None and tuple(x.shape[1:]) != (length, width):
+        raise ValueError(
+            f"{name} must have shape (B, {length}, {width}) {layout} ({width_name}={width}), "
+            f"got {tuple(x.shape)}"
+        )
+    if x.shape[-1] != width:
+        raise ValueError(
+            f"{name} must have last dim {width_name}={width}, expected shape (B, L, {width}), "
+            f"got {tuple(x.shape)}"
+        )
+    if dtype is not None and x.dtype != dtype:
+        raise TypeError(
+            f"{name} has dtype {x.dtype} but the module's weights are {dtype}; cast one of them "
+            f"(e.g. module.to({x.dtype}))"
+        )
+    return x
+
+
+def check_span(offset: object, length: int, max_len: int) -> int:
+    """Positions ``offset .. offset + length - 1`` must exist in a table of ``max_len``
+    positions (``0 .. max_len - 1``); returns ``offset`` (an int >= 0)."""
+    offset = check_positive_int("offset", offset, allow_zero=True)
+    needed = offset + length
+    if needed > max_len:
+        raise ValueError(
+            f"positions up to {needed - 1} requested (offset={offset} + seq length {length}), "
+            f"but max_len={max_len}: the encoding covers positions 0..{max_len - 1}"
+        )
+    return offset
+
+
+def check_block_layout(layout: object, target: Sequence[int], block_size: int) -> Tensor:
+    """A block layout: a bool tensor (``True`` = the query block may attend the key block)
+    whose last two dims are exactly ``target[-2:] = (query blocks, key blocks)`` and whose
+    leading dims (up to ``len(target)`` dims in all) are 1 or equal to the target's."""
+    check_tensor("layout", layout)
+    if layout.dtype != torch.bool:
+        raise TypeError(
+            f"layout must be a bool tensor (True = block may attend), got {layout.dtype}"
+        )
+    target = tuple(int(t) for t in target)
+    names = ("batch", "heads", "q_blocks", "k_blocks")[-len(target) :]
+    expected = (
+        f"{target} [{', '.join(names)}] (leading dims may be 1 or left out; q_blocks = "
+        f"ceil(Lq / block_size), k_blocks = ceil(Lk / block_size) for block_size={block_size})"
+    )
+    if not 2 <= layout.dim() <= len(target):
+        raise ValueError(
+            f"layout must have 2 to {len(target)} dims, {expected}, got shape {tuple(layout.shape)}"
+        )
+    padded = (1,) * (len(target) - layout.dim()) + tuple(layout.shape)
+    for i, (got, want) in enumerate(zip(padded, target, strict=True)):
+        if got != want and not (i < len(target) - 2 and got == 1):
+            raise ValueError(f"layout of shape {tuple(layout.shape)} does not fit {expected}")
+    return layout
+
+
+def check_embedding_pair(image_emb: object, text_emb: object, *, paired: bool) -> None:
+    """Two batches of embeddings ``(B, E)``: float tensors of one dtype and one width ``E``;
+    with ``paired`` (row ``i`` of each is a matching pair) also one batch size."""
+    for name, emb in (("image_emb", image_emb), ("text_emb", text_emb)):
+        check_float(name, emb)
+        check_rank(name, emb, 2, "[batch, embed_dim]")
+    if image_emb.shape[-1] != text_emb.shape[-1]:
+        raise ValueError(
+            f"image_emb and text_emb must have the same embed_dim (last dim), got shapes "
+            f"{tuple(image_emb.shape)} and {tuple(text_emb.shape)}"
+        )
+    if paired and image_emb.shape[0] != text_emb.shape[0]:
+        raise ValueError(
+            f"image_emb and text_emb must have the same batch size: row i of each is one "
+            f"matching pair; got shapes {tuple(image_emb.shape)} and {tuple(text_emb.shape)}"
+        )
+    if image_emb.dtype != text_emb.dtype:
+        raise TypeError(
+            f"image_emb and text_emb must share a dtype, got {image_emb.dtype} and {text_emb.dtype}"
+        )

@@ -14,13 +14,15 @@ from torch import nn
 
 from ._checks import (
     check_choice,
+    check_divisible,
     check_float,
     check_positive_int,
     check_probability,
     check_rank,
     check_tensor,
+    check_tokens,
 )
-from .heads import AttnFn, MultiHeadAttention, _check_divisible, _check_tokens
+from .heads import AttnFn, MultiHeadAttention
 from .masks import padding_mask, padding_mask_from_keep
 from .positional import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
 
@@ -29,6 +31,16 @@ Tensor = torch.Tensor
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 POSITIONAL_KINDS = ("sinusoidal", "learned", "rope", "none")
 POOLINGS = ("mean", "cls", "last")
+
+
+def _self_attention_sublayer(
+    attn: MultiHeadAttention, h: Tensor, mask: Tensor | None, causal: bool, need_weights: bool
+) -> tuple[Tensor, Tensor | None]:
+    """``attn(h)`` on ``h (B, L, D)``, and its per-head weights ``(B, H, L, L)`` when asked
+    (else ``None``)."""
+    if need_weights:
+        return attn(h, mask=mask, causal=causal, need_weights=True)
+    return attn(h, mask=mask, causal=causal), None
 
 
 class FeedForward(nn.Module):
@@ -42,9 +54,9 @@ class FeedForward(nn.Module):
         self,
         d_model: int,
         d_ff: int,
+        *,
         dropout: float = 0.0,
         activation: str = "relu",
-        *,
         bias: bool = True,
     ) -> None:
         super().__init__()
@@ -82,8 +94,8 @@ class EncoderLayer(nn.Module):
         d_model: int,
         num_heads: int,
         d_ff: int,
-        dropout: float = 0.0,
         *,
+        dropout: float = 0.0,
         pre_ln: bool = False,
         activation: str = "relu",
         attn_fn: AttnFn | None = None,
@@ -96,7 +108,7 @@ class EncoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(
             d_model, num_heads, dropout=dropout, bias=bias, rotary=rotary, attn_fn=attn_fn
         )
-        self.ff = FeedForward(d_model, d_ff, dropout, activation, bias=bias)
+        self.ff = FeedForward(d_model, d_ff, dropout=dropout, activation=activation, bias=bias)
         self.norm1 = nn.LayerNorm(d_model, eps=norm_eps, bias=bias)
         self.norm2 = nn.LayerNorm(d_model, eps=norm_eps, bias=bias)
         self.dropout1 = nn.Dropout(dropout)
@@ -113,19 +125,17 @@ class EncoderLayer(nn.Module):
         """``x (B, L, D)`` → ``(B, L, D)``; with ``need_weights`` also the per-head attention
         weights ``(B, H, L, L)``. ``mask``: bool ``True`` = may attend, broadcastable to
         ``(B, H, L, L)``."""
-        _check_tokens("x", x, self.self_attn.d_model, self.norm1.weight)
-
-        def attend(h: Tensor) -> tuple[Tensor, Tensor | None]:
-            if need_weights:
-                return self.self_attn(h, mask=mask, causal=causal, need_weights=True)
-            return self.self_attn(h, mask=mask, causal=causal), None
-
+        check_tokens("x", x, self.self_attn.d_model, dtype=self.norm1.weight.dtype)
         if self.pre_ln:
-            a, weights = attend(self.norm1(x))  # (B, L, D)
+            a, weights = _self_attention_sublayer(
+                self.self_attn, self.norm1(x), mask, causal, need_weights
+            )  # (B, L, D)
             x = x + self.dropout1(a)  # (B, L, D)
             x = x + self.dropout2(self.ff(self.norm2(x)))  # (B, L, D)
         else:
-            a, weights = attend(x)  # (B, L, D)
+            a, weights = _self_attention_sublayer(
+                self.self_attn, x, mask, causal, need_weights
+            )  # (B, L, D)
             x = self.norm1(x + self.dropout1(a))  # (B, L, D)
             x = self.norm2(x + self.dropout2(self.ff(x)))  # (B, L, D)
         return (x, weights) if need_weights else x
@@ -157,7 +167,7 @@ class EncoderLayer(nn.Module):
             attn.d_model,
             attn.num_heads,
             layer.linear1.out_features,
-            layer.dropout.p,
+            dropout=layer.dropout.p,
             pre_ln=layer.norm_first,
             activation=activation,
             norm_eps=layer.norm1.eps,
@@ -189,8 +199,8 @@ class Encoder(nn.Module):
         d_model: int,
         num_heads: int,
         d_ff: int,
-        dropout: float = 0.0,
         *,
+        dropout: float = 0.0,
         pre_ln: bool = False,
         activation: str = "relu",
         attn_fn: AttnFn | None = None,
@@ -204,7 +214,7 @@ class Encoder(nn.Module):
                 d_model,
                 num_heads,
                 d_ff,
-                dropout,
+                dropout=dropout,
                 pre_ln=pre_ln,
                 activation=activation,
                 attn_fn=attn_fn,
@@ -241,6 +251,7 @@ class SequenceClassifier(nn.Module):
         self,
         vocab_size: int,
         num_classes: int,
+        *,
         d_model: int,
         num_heads: int,
         num_layers: int,
@@ -250,7 +261,6 @@ class SequenceClassifier(nn.Module):
         pooling: str = "mean",
         pre_ln: bool = True,
         attn_fn: AttnFn | None = None,
-        *,
         dropout: float = 0.0,
         activation: str = "relu",
     ) -> None:
@@ -273,7 +283,7 @@ class SequenceClassifier(nn.Module):
             # leave positions ~50x weaker than tokens and slow to learn. Match the scales.
             nn.init.normal_(self.pos.weight, std=1.0)
         elif positional == "rope":
-            _check_divisible("d_model", d_model, "num_heads", num_heads)
+            check_divisible("d_model", d_model, "num_heads", num_heads)
             if (d_model // num_heads) % 2:
                 raise ValueError(
                     f"positional='rope' needs an even head dim d_model // num_heads, got "
@@ -286,7 +296,7 @@ class SequenceClassifier(nn.Module):
             d_model,
             num_heads,
             d_ff,
-            dropout,
+            dropout=dropout,
             pre_ln=pre_ln,
             activation=activation,
             attn_fn=attn_fn,
@@ -383,9 +393,9 @@ class DecoderBlock(nn.Module):
         d_model: int,
         num_heads: int,
         d_ff: int,
+        *,
         dropout: float = 0.0,
         causal: bool = True,
-        *,
         activation: str = "gelu",
         num_kv_heads: int | None = None,
         rotary: nn.Module | None = None,
@@ -403,19 +413,17 @@ class DecoderBlock(nn.Module):
             attn_fn=attn_fn,
         )
         self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = FeedForward(d_model, d_ff, dropout, activation)
+        self.mlp = FeedForward(d_model, d_ff, dropout=dropout, activation=activation)
         self.dropout = nn.Dropout(dropout)
 
     def forward(
         self, x: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         """``(B, L, D) → (B, L, D)``; with ``need_weights`` also ``(B, H, L, L)`` weights."""
-        _check_tokens("x", x, self.attn.d_model, self.ln1.weight)
-        h = self.ln1(x)  # (B, L, D)
-        if need_weights:
-            a, weights = self.attn(h, mask=mask, causal=self.causal, need_weights=True)
-        else:
-            a, weights = self.attn(h, mask=mask, causal=self.causal), None  # (B, L, D)
+        check_tokens("x", x, self.attn.d_model, dtype=self.ln1.weight.dtype)
+        a, weights = _self_attention_sublayer(
+            self.attn, self.ln1(x), mask, self.causal, need_weights
+        )  # (B, L, D)
         x = x + self.dropout(a)  # (B, L, D)
         x = x + self.dropout(self.mlp(self.ln2(x)))  # (B, L, D)
         return (x, weights) if need_weights else x

@@ -28,12 +28,11 @@ is ANDed with the mask. A query with no allowed key gets zeros on every backend.
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_choice, check_mask, check_qkv
+from ._checks import check_bool, check_choice, check_mask, check_qkv, check_scale
+from .efficient.flash import flash_attention
 from .functional import scaled_dot_product_attention
 from .masks import causal_mask, combine_masks, to_additive
 
@@ -68,6 +67,8 @@ def torch_sdpa(
         or the backward pass) and zeroed after it.
     """
     check_qkv(query, key, value)
+    check_bool("causal", causal)
+    scale = check_scale(scale)
     b, h, lq, _ = query.shape
     lk = key.shape[-2]
     check_mask(mask, (b, h, lq, lk))
@@ -91,11 +92,6 @@ def torch_sdpa(
     return torch.where(has_key, out, torch.zeros((), dtype=out.dtype, device=out.device))
 
 
-def _flash_module():
-    """``attention.efficient.flash``, imported on first use (it is optional here)."""
-    return importlib.import_module("attention.efficient.flash")
-
-
 def backend_unavailable_reason(
     backend: str, device: torch.device | str | None = None, dtype: torch.dtype | None = None
 ) -> str | None:
@@ -104,13 +100,7 @@ def backend_unavailable_reason(
     ``device=None`` means the default device (CUDA if present, else the CPU).
     """
     check_choice("backend", backend, BACKENDS)
-    if backend in ("reference", "torch"):
-        return None
-    if backend == "flash":
-        try:
-            _flash_module()
-        except ImportError as err:
-            return f"attention.efficient.flash is not available ({err})"
+    if backend in ("reference", "torch", "flash"):  # pure PyTorch: any device, any dtype
         return None
     from .gpu.triton_flash import triton_unavailable_reason
 
@@ -176,6 +166,8 @@ def attend(
     """
     check_choice("backend", backend, ("auto", *BACKENDS))
     check_qkv(query, key, value)
+    check_bool("causal", causal)
+    check_scale(scale)
     b, h, lq, e = query.shape
     check_mask(mask, (b, h, lq, key.shape[-2]))
     if backend == "auto":
@@ -200,7 +192,7 @@ def attend(
     if backend == "torch":
         return torch_sdpa(query, key, value, mask, causal=causal, scale=scale)
     if backend == "flash":
-        return _flash_module().flash_attention(query, key, value, causal=causal, scale=scale)
+        return flash_attention(query, key, value, causal=causal, scale=scale)
     from .gpu.triton_flash import triton_flash_attention
 
     return triton_flash_attention(query, key, value, causal=causal, scale=scale)

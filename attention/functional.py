@@ -6,11 +6,17 @@ Layout: ``[batch, heads, seq, dim]``. Boolean masks: ``True`` = may attend (the 
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from ._checks import check_choice, check_mask, check_probability, check_qkv
+from ._checks import (
+    check_bool,
+    check_choice,
+    check_mask,
+    check_probability,
+    check_qkv,
+    compute_dtype,
+    resolve_scale,
+)
 from .masks import causal_mask
 
 Tensor = torch.Tensor
@@ -18,7 +24,7 @@ Tensor = torch.Tensor
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
 
 
-def safe_softmax(scores: Tensor, dim: int = -1) -> Tensor:
+def safe_softmax(scores: Tensor, *, dim: int = -1) -> Tensor:
     """Softmax that returns zeros (not NaN) for a row whose entries are all ``-inf``.
 
     A fully masked row has no key to attend to; the convention (torch >= 2.5's SDPA too) is an
@@ -49,7 +55,7 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     training: bool = False,
     enable_gqa: bool = False,
-    return_weights: bool = False,
+    need_weights: bool = False,
     generator: torch.Generator | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """softmax(Q Kᵀ · scale + bias) V, written out step by step.
@@ -68,7 +74,7 @@ def scaled_dot_product_attention(
         dropout_p: dropout on the attention weights, applied only when ``training``.
         enable_gqa: allow fewer key/value heads than query heads (grouped-query attention);
             query head ``h`` uses key head ``h // (H // Hk)``, as in torch.
-        return_weights: also return the weights ``(B, H, Lq, Lk)`` (before dropout).
+        need_weights: also return the weights ``(B, H, Lq, Lk)`` (before dropout).
         generator: random generator for dropout.
 
     Returns:
@@ -76,17 +82,17 @@ def scaled_dot_product_attention(
         inputs are computed in float32 and cast back. A query with no allowed key gets zeros.
     """
     check_qkv(query, key, value, enable_gqa=enable_gqa)
+    check_bool("causal", causal)
     check_choice("causal_alignment", causal_alignment, CAUSAL_ALIGNMENTS)
     dropout_p = check_probability("dropout_p", dropout_p)
     b, h, lq, e = query.shape
     lk = key.shape[-2]
     check_mask(mask, (b, h, lq, lk))
-    if scale is None:
-        scale = 1.0 / math.sqrt(e)
+    scale = resolve_scale(scale, e)
 
     out_dtype = query.dtype
-    compute_dtype = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
-    q, k, v = (t.to(compute_dtype) for t in (query, key, value))
+    cdt = compute_dtype(out_dtype)
+    q, k, v = (t.to(cdt) for t in (query, key, value))
     if k.shape[1] != h:  # grouped-query attention: share each key/value head across a group
         group = h // k.shape[1]
         k = k.repeat_interleave(group, dim=1)  # (B, H, Lk, E)
@@ -99,7 +105,7 @@ def scaled_dot_product_attention(
     if mask is not None and mask.dtype == torch.bool:
         allowed = mask if allowed is None else allowed & mask
     elif mask is not None:
-        scores = scores + mask.to(compute_dtype)  # additive bias (may hold -inf)
+        scores = scores + mask.to(cdt)  # additive bias (may hold -inf)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
 
@@ -109,6 +115,6 @@ def scaled_dot_product_attention(
         keep = torch.rand(weights.shape, device=weights.device, generator=generator) >= dropout_p
         dropped = weights * keep / (1.0 - dropout_p)
     out = torch.matmul(dropped, v).to(out_dtype)  # (B, H, Lq, Ev)
-    if return_weights:
+    if need_weights:
         return out, weights.to(out_dtype)
     return out

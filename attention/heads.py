@@ -14,7 +14,15 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ._checks import check_float, check_mask, check_positive_int, check_probability, check_rank
+from ._checks import (
+    check_divisible,
+    check_float,
+    check_mask,
+    check_positive_int,
+    check_probability,
+    check_rank,
+    check_tokens,
+)
 from .functional import scaled_dot_product_attention
 
 Tensor = torch.Tensor
@@ -24,31 +32,7 @@ Tensor = torch.Tensor
 AttnFn = Callable[..., Tensor]
 
 
-def _check_divisible(name: str, value: int, by_name: str, by: int) -> None:
-    if value % by != 0:
-        raise ValueError(
-            f"{name} ({value}) must be divisible by {by_name} ({by}); got remainder {value % by}"
-        )
-
-
-def _check_tokens(name: str, x: object, d_model: int, weight: Tensor) -> Tensor:
-    """``x`` must be a float ``(B, L, d_model)`` tensor in the dtype of the module's weights."""
-    check_float(name, x)
-    check_rank(name, x, 3, "[batch, seq, d_model]")
-    if x.shape[-1] != d_model:
-        raise ValueError(
-            f"{name} must have last dim d_model={d_model}, expected shape (B, L, {d_model}), "
-            f"got {tuple(x.shape)}"
-        )
-    if x.dtype != weight.dtype:
-        raise TypeError(
-            f"{name} has dtype {x.dtype} but the module's weights are {weight.dtype}; cast one "
-            f"of them (e.g. module.to({x.dtype}))"
-        )
-    return x
-
-
-def split_heads(x: Tensor, num_heads: int) -> Tensor:
+def split_heads(x: Tensor, *, num_heads: int) -> Tensor:
     """``(B, L, D)`` → ``(B, H, L, D // H)``: head ``h`` gets features ``h*Dh .. h*Dh+Dh-1``.
 
     The order matters: view ``(B, L, H, Dh)`` first (each token's features cut into H
@@ -59,7 +43,7 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     check_rank("x", x, 3, "[batch, seq, d_model]")
     num_heads = check_positive_int("num_heads", num_heads)
     b, l, d = x.shape
-    _check_divisible("d_model (last dim of x)", d, "num_heads", num_heads)
+    check_divisible("d_model (last dim of x)", d, "num_heads", num_heads)
     return x.view(b, l, num_heads, d // num_heads).transpose(1, 2)  # (B, H, L, Dh)
 
 
@@ -88,6 +72,7 @@ class SelfAttention(nn.Module):
     def forward(
         self,
         x: Tensor,
+        *,
         mask: Tensor | None = None,
         causal: bool = False,
         need_weights: bool = False,
@@ -101,14 +86,14 @@ class SelfAttention(nn.Module):
 
         Returns ``(B, L, d_k)`` (and the weights).
         """
-        _check_tokens("x", x, self.d_model, self.w_q.weight)
+        check_tokens("x", x, self.d_model, dtype=self.w_q.weight.dtype)
         b, l, _ = x.shape
         check_mask(mask, (b, 1, l, l))
         q = self.w_q(x).unsqueeze(1)  # (B, 1, L, d_k): a single head
         k = self.w_k(x).unsqueeze(1)  # (B, 1, L, d_k)
         v = self.w_v(x).unsqueeze(1)  # (B, 1, L, d_k)
         out, weights = scaled_dot_product_attention(
-            q, k, v, mask, causal=causal, return_weights=True
+            q, k, v, mask, causal=causal, need_weights=True
         )  # (B, 1, L, d_k), (B, 1, L, L)
         out = out.squeeze(1)  # (B, L, d_k)
         return (out, weights.squeeze(1)) if need_weights else out
@@ -147,10 +132,10 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.d_model = check_positive_int("d_model", d_model)
         self.num_heads = check_positive_int("num_heads", num_heads)
-        _check_divisible("d_model", d_model, "num_heads", num_heads)
+        check_divisible("d_model", d_model, "num_heads", num_heads)
         kv = num_heads if num_kv_heads is None else num_kv_heads
         self.num_kv_heads = check_positive_int("num_kv_heads", kv)
-        _check_divisible("num_heads", num_heads, "num_kv_heads", kv)
+        check_divisible("num_heads", num_heads, "num_kv_heads", kv)
         self.dropout = check_probability("dropout", dropout)
         if attn_fn is not None and not callable(attn_fn):
             raise TypeError(f"attn_fn must be callable or None, got {type(attn_fn).__name__}")
@@ -180,7 +165,7 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         causal: bool = False,
         need_weights: bool = False,
-        average_weights: bool = False,
+        average_attn_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Args:
             x: queries' tokens ``(B, Lq, D)``.
@@ -190,16 +175,16 @@ class MultiHeadAttention(nn.Module):
             causal: forbid query i from attending keys j > i (ANDed with ``mask``).
             need_weights: also return the attention weights (before dropout): per head
                 ``(B, H, Lq, Lk)``, or ``(B, Lq, Lk)`` averaged over heads with
-                ``average_weights=True``.
+                ``average_attn_weights=True`` (torch's name).
 
         Returns ``(B, Lq, D)`` (and the weights). A query with no allowed key gets a zero
         attention output (then the output projection's bias).
         """
-        _check_tokens("x", x, self.d_model, self.q_proj.weight)
+        check_tokens("x", x, self.d_model, dtype=self.q_proj.weight.dtype)
         if context is None:
             context = x
         else:
-            _check_tokens("context", context, self.d_model, self.q_proj.weight)
+            check_tokens("context", context, self.d_model, dtype=self.q_proj.weight.dtype)
             if context.shape[0] != x.shape[0]:
                 raise ValueError(
                     f"context must have the batch size of x ({x.shape[0]}), got shape "
@@ -214,9 +199,9 @@ class MultiHeadAttention(nn.Module):
                 "efficient kernel does not return weights); expected need_weights=False"
             )
 
-        q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, Lq, Dh)
-        k = split_heads(self.k_proj(context), self.num_kv_heads)  # (B, H_kv, Lk, Dh)
-        v = split_heads(self.v_proj(context), self.num_kv_heads)  # (B, H_kv, Lk, Dh)
+        q = split_heads(self.q_proj(x), num_heads=self.num_heads)  # (B, H, Lq, Dh)
+        k = split_heads(self.k_proj(context), num_heads=self.num_kv_heads)  # (B, H_kv, Lk, Dh)
+        v = split_heads(self.v_proj(context), num_heads=self.num_kv_heads)  # (B, H_kv, Lk, Dh)
         if self.rotary is not None:
             q = self.rotary(q)  # (B, H, Lq, Dh)
             k = self.rotary(k)  # (B, H_kv, Lk, Dh)
@@ -237,12 +222,12 @@ class MultiHeadAttention(nn.Module):
                 dropout_p=self.dropout,
                 training=self.training,
                 enable_gqa=self.num_kv_heads != self.num_heads,
-                return_weights=True,
+                need_weights=True,
             )  # (B, H, Lq, Dh), (B, H, Lq, Lk)
         out = self.out_proj(merge_heads(out))  # (B, Lq, D)
         if not need_weights:
             return out
-        if average_weights:
+        if average_attn_weights:
             weights = weights.mean(dim=1)  # (B, Lq, Lk)
         return out, weights
 

@@ -197,7 +197,7 @@ def from_torch_attn_mask(attn_mask: Tensor) -> Tensor:
     raise TypeError(f"attn_mask must be bool (True = not allowed) or float, got {attn_mask.dtype}")
 
 
-def to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+def to_additive(mask: Tensor, *, dtype: torch.dtype = torch.float32) -> Tensor:
     """Bool mask → additive bias: 0 where allowed, ``-inf`` where not."""
     check_tensor("mask", mask)
     if mask.dtype != torch.bool:

@@ -22,7 +22,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import check_float, check_positive_int, check_probability, check_rank
+from ._checks import (
+    check_embedding_pair,
+    check_float,
+    check_positive_int,
+    check_positive_scalar,
+    check_probability,
+    check_tokens,
+)
 from .blocks import FeedForward
 from .heads import MultiHeadAttention
 
@@ -58,8 +65,8 @@ class CrossAttentionBlock(nn.Module):
         d_model: int,
         num_heads: int,
         d_ff: int | None = None,
-        dropout: float = 0.0,
         *,
+        dropout: float = 0.0,
         context_dim: int | None = None,
         activation: str = "gelu",
     ) -> None:
@@ -90,20 +97,14 @@ class CrossAttentionBlock(nn.Module):
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Returns ``(B, Lq, d_model)``; with ``need_weights`` also the per-head weights
         ``(B, H, Lq, Lk)`` (which image patch each text token read)."""
-        check_float("x", x)
-        check_rank("x", x, 3, "[batch, q_len, d_model]")
-        if x.shape[-1] != self.d_model:
-            raise ValueError(
-                f"x must have last dim d_model={self.d_model}, expected shape "
-                f"(B, Lq, {self.d_model}), got {tuple(x.shape)}"
-            )
-        check_float("context", context)
-        check_rank("context", context, 3, "[batch, k_len, context_dim]")
-        if context.shape[-1] != self.context_dim:
-            raise ValueError(
-                f"context must have last dim context_dim={self.context_dim}, expected shape "
-                f"(B, Lk, {self.context_dim}), got {tuple(context.shape)}"
-            )
+        check_tokens("x", x, self.d_model, layout="[batch, q_len, d_model]")
+        check_tokens(
+            "context",
+            context,
+            self.context_dim,
+            width_name="context_dim",
+            layout="[batch, k_len, context_dim]",
+        )
         memory = self.context_proj(self.norm_context(context))  # (B, Lk, D)
         result = self.attn(self.norm_x(x), memory, mask=mask, need_weights=need_weights)
         attended, weights = result if need_weights else (result, None)  # (B, Lq, D)
@@ -120,7 +121,7 @@ class ProjectionHead(nn.Module):
     dims are kept). The output is *not* normalised; :func:`clip_contrastive_loss` does that.
     """
 
-    def __init__(self, in_dim: int, embed_dim: int, hidden_dim: int | None = None) -> None:
+    def __init__(self, in_dim: int, embed_dim: int, *, hidden_dim: int | None = None) -> None:
         super().__init__()
         self.in_dim = check_positive_int("in_dim", in_dim)
         self.embed_dim = check_positive_int("embed_dim", embed_dim)
@@ -142,46 +143,6 @@ class ProjectionHead(nn.Module):
         return self.net(features)  # (B, embed_dim)
 
 
-def _check_embeddings(image_emb: object, text_emb: object, *, paired: bool) -> None:
-    """Both ``(B, E)`` float tensors of one dtype; same ``B`` too when ``paired``."""
-    for name, emb in (("image_emb", image_emb), ("text_emb", text_emb)):
-        check_float(name, emb)
-        check_rank(name, emb, 2, "[batch, embed_dim]")
-    if image_emb.shape[-1] != text_emb.shape[-1]:
-        raise ValueError(
-            f"image_emb and text_emb must have the same embed_dim (last dim), got shapes "
-            f"{tuple(image_emb.shape)} and {tuple(text_emb.shape)}"
-        )
-    if paired and image_emb.shape[0] != text_emb.shape[0]:
-        raise ValueError(
-            f"image_emb and text_emb must have the same batch size: row i of each is one "
-            f"matching pair; got shapes {tuple(image_emb.shape)} and {tuple(text_emb.shape)}"
-        )
-    if image_emb.dtype != text_emb.dtype:
-        raise TypeError(
-            f"image_emb and text_emb must share a dtype, got {image_emb.dtype} and {text_emb.dtype}"
-        )
-
-
-def _check_logit_scale(logit_scale: object) -> Tensor | float:
-    if isinstance(logit_scale, torch.Tensor):
-        if logit_scale.numel() != 1 or not logit_scale.is_floating_point():
-            raise ValueError(
-                f"logit_scale must be a positive float or a one-element float tensor, got a "
-                f"tensor of shape {tuple(logit_scale.shape)} and dtype {logit_scale.dtype}"
-            )
-        if float(logit_scale.detach()) <= 0:
-            raise ValueError(f"logit_scale must be > 0, got {float(logit_scale.detach())}")
-        return logit_scale.reshape(())
-    if isinstance(logit_scale, bool) or not isinstance(logit_scale, (int, float)):
-        raise TypeError(
-            f"logit_scale must be a float or a tensor, got {type(logit_scale).__name__}"
-        )
-    if not logit_scale > 0:
-        raise ValueError(f"logit_scale must be > 0, got {logit_scale}")
-    return float(logit_scale)
-
-
 def clip_logits(image_emb: Tensor, text_emb: Tensor, logit_scale: Tensor | float) -> Tensor:
     """Scaled cosine similarities ``(B_img, B_txt)``: entry ``(i, j)`` is image i vs text j.
 
@@ -189,8 +150,8 @@ def clip_logits(image_emb: Tensor, text_emb: Tensor, logit_scale: Tensor | float
     multiplies the cosines (it is ``1 / temperature``, i.e. already exponentiated: CLIP's
     ``logit_scale.exp()``).
     """
-    _check_embeddings(image_emb, text_emb, paired=False)
-    logit_scale = _check_logit_scale(logit_scale)
+    check_embedding_pair(image_emb, text_emb, paired=False)
+    logit_scale = check_positive_scalar("logit_scale", logit_scale)
     image_emb = F.normalize(image_emb, dim=-1)  # (B_img, E), unit rows
     text_emb = F.normalize(text_emb, dim=-1)  # (B_txt, E)
     return logit_scale * image_emb @ text_emb.T  # (B_img, B_txt)
@@ -209,7 +170,7 @@ def clip_contrastive_loss(
     ``logit_scale``: ``1 / temperature`` (> 0), a float or a one-element tensor (gradients flow
     into it). Returns a scalar tensor.
     """
-    _check_embeddings(image_emb, text_emb, paired=True)
+    check_embedding_pair(image_emb, text_emb, paired=True)
     logits = clip_logits(image_emb, text_emb, logit_scale)  # (B, B)
     targets = torch.arange(logits.shape[0], device=logits.device)  # (B,): pair i is diagonal
     image_to_text = F.cross_entropy(logits, targets)
@@ -235,11 +196,11 @@ class CLIPHead(nn.Module):
     """
 
     def __init__(
-        self, image_dim: int, text_dim: int, embed_dim: int, hidden_dim: int | None = None
+        self, image_dim: int, text_dim: int, embed_dim: int, *, hidden_dim: int | None = None
     ) -> None:
         super().__init__()
-        self.image_projection = ProjectionHead(image_dim, embed_dim, hidden_dim)
-        self.text_projection = ProjectionHead(text_dim, embed_dim, hidden_dim)
+        self.image_projection = ProjectionHead(image_dim, embed_dim, hidden_dim=hidden_dim)
+        self.text_projection = ProjectionHead(text_dim, embed_dim, hidden_dim=hidden_dim)
         self.log_logit_scale = nn.Parameter(torch.tensor(CLIP_INIT_LOGIT_SCALE))
 
     def logit_scale(self) -> Tensor:

@@ -24,7 +24,10 @@ from ._checks import (
     check_float,
     check_positive_int,
     check_rank,
+    check_span,
     check_tensor,
+    check_tokens,
+    compute_dtype,
 )
 from .masks import _offsets
 
@@ -49,8 +52,8 @@ def _inverse_frequencies(dim: int, base: float, dtype: torch.dtype, device) -> T
 def sinusoidal_encoding(
     max_len: int,
     d_model: int,
-    base: float = 10000.0,
     *,
+    base: float = 10000.0,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> Tensor:
@@ -72,42 +75,24 @@ def sinusoidal_encoding(
     return pe.to(dtype=dtype, device=device)
 
 
-def _check_x_and_span(x: object, d_model: int, offset: object, max_len: int) -> int:
-    """Validate ``x (B, L, D)`` and that positions ``offset .. offset+L-1`` exist."""
-    check_float("x", x)
-    check_rank("x", x, 3, "[batch, seq, d_model]")
-    if x.shape[-1] != d_model:
-        raise ValueError(
-            f"x must have last dim d_model={d_model}, got shape {tuple(x.shape)} "
-            f"[batch, seq, d_model]"
-        )
-    offset = check_positive_int("offset", offset, allow_zero=True)
-    needed = offset + x.shape[1]
-    if needed > max_len:
-        raise ValueError(
-            f"positions up to {needed - 1} requested (offset={offset} + seq length "
-            f"{x.shape[1]}), but max_len={max_len}: the encoding covers positions "
-            f"0..{max_len - 1}"
-        )
-    return offset
-
-
 class SinusoidalPositionalEncoding(nn.Module):
-    """Adds :func:`sinusoidal_encoding` to token vectors: ``forward(x (B, L, D), offset=0)``.
+    """Adds :func:`sinusoidal_encoding` to token vectors: ``forward(x (B, L, D), *, offset=0)``.
 
     ``offset`` is the position of ``x``'s first token (for decoding with a cache). The table is
     a non-persistent buffer: it follows ``.to(device)`` but is not saved in ``state_dict``
     (it is a function of ``max_len`` and ``d_model``, not a parameter).
     """
 
-    def __init__(self, d_model: int, max_len: int = 4096, base: float = 10000.0):
+    def __init__(self, d_model: int, *, max_len: int = 4096, base: float = 10000.0):
         super().__init__()
         self.d_model = d_model
         self.max_len = max_len
-        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model, base), persistent=False)
+        pe = sinusoidal_encoding(max_len, d_model, base=base)  # (max_len, D)
+        self.register_buffer("pe", pe, persistent=False)
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        offset = _check_x_and_span(x, self.d_model, offset, self.max_len)
+    def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
+        check_tokens("x", x, self.d_model)
+        offset = check_span(offset, x.shape[1], self.max_len)
         pe = self.pe[offset : offset + x.shape[1]]  # (L, D)
         return x + pe.to(x.dtype)  # (B, L, D)
 
@@ -116,7 +101,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 
 class LearnedPositionalEmbedding(nn.Module):
-    """A trained vector per position (BERT, GPT-2): ``forward(x (B, L, D), offset=0) -> x + P``.
+    """A trained vector per position (BERT, GPT-2): ``forward(x (B, L, D), *, offset=0)``
+    returns ``x + P``.
 
     It cannot extrapolate: asking for a position ``>= max_len`` raises ``ValueError`` naming
     ``max_len`` and the position asked (offset included).
@@ -133,8 +119,9 @@ class LearnedPositionalEmbedding(nn.Module):
         # Small, like GPT-2's 0.02, so that positions start as a mild perturbation of tokens.
         nn.init.normal_(self.weight, std=0.02)
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        offset = _check_x_and_span(x, self.d_model, offset, self.max_len)
+    def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
+        check_tokens("x", x, self.d_model)
+        offset = check_span(offset, x.shape[1], self.max_len)
         pe = self.weight[offset : offset + x.shape[1]]  # (L, D)
         return x + pe.to(x.dtype)  # (B, L, D)
 
@@ -149,9 +136,9 @@ class LearnedPositionalEmbedding(nn.Module):
 
 def rope_angles(
     positions: Tensor,
+    *,
     head_dim: int,
     base: float = 10000.0,
-    *,
     dtype: torch.dtype = torch.float32,
 ) -> Tensor:
     """Rotation angles ``positions[..., None] * base^(-2i / head_dim)``.
@@ -223,8 +210,9 @@ def apply_rope(
                 f"positions must have shape ({seq},) or ({b}, {seq}) to match x of shape "
                 f"{tuple(x.shape)} [batch, heads, seq, head_dim], got {tuple(positions.shape)}"
             )
-    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
-    angles = rope_angles(positions.to(x.device), head_dim, base, dtype=compute)  # (..., L, Dh/2)
+    compute = compute_dtype(x.dtype)
+    positions = positions.to(x.device)
+    angles = rope_angles(positions, head_dim=head_dim, base=base, dtype=compute)  # (..., L, Dh/2)
     if angles.dim() == 3:  # per-sequence positions: broadcast over heads
         angles = angles.unsqueeze(1)  # (B, 1, L, Dh/2)
     cos, sin = torch.cos(angles), torch.sin(angles)  # (..., L, Dh/2)
@@ -245,19 +233,20 @@ def apply_rope(
 
 
 class RotaryEmbedding(nn.Module):
-    """RoPE as a module, to hand to attention layers: ``forward(x (B, H, L, Dh), offset=0)``.
+    """RoPE as a module, to hand to attention layers: ``forward(x (B, H, L, Dh), *, offset=0,
+    positions=None)``.
 
     Holds no parameters; it fixes ``head_dim``, ``base`` and the pairing convention so that
     queries and keys are rotated the same way. See :func:`apply_rope`.
     """
 
-    def __init__(self, head_dim: int, base: float = 10000.0, interleaved: bool = False):
+    def __init__(self, head_dim: int, *, base: float = 10000.0, interleaved: bool = False):
         super().__init__()
         self.head_dim = check_even("head_dim", head_dim)
         self.base = check_base(base)
         self.interleaved = bool(interleaved)
 
-    def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, *, offset: int = 0, positions: Tensor | None = None) -> Tensor:
         check_float("x", x)
         check_rank("x", x, 4, "[batch, heads, seq, head_dim]")
         if x.shape[-1] != self.head_dim:

@@ -16,16 +16,25 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_float, check_positive_int, check_probability, check_rank
+from ._checks import (
+    check_divisible,
+    check_float,
+    check_positive_int,
+    check_probability,
+    check_rank,
+    check_tokens,
+)
 from .blocks import Encoder, FeedForward
 from .functional import scaled_dot_product_attention
 from .masks import to_additive
 
 Tensor = torch.Tensor
 
+GRID_LAYOUT = "[batch, height*width, channels]"  # Swin's tokens, row-major over the grid
+
 
 # --------------------------------------------------------------------------------------------
-# Small validation helpers specific to images
+# Sizes given as an int or a (height, width) pair
 # --------------------------------------------------------------------------------------------
 
 
@@ -40,26 +49,6 @@ def _pair(name: str, value: object) -> tuple[int, int]:
         )
     n = check_positive_int(name, value)
     return n, n
-
-
-def _check_divisible(name: str, size: tuple[int, int], by: int, by_name: str) -> None:
-    if size[0] % by or size[1] % by:
-        raise ValueError(
-            f"{name} {size} (height, width) must be divisible by {by_name}={by}; "
-            f"crop or pad the image to a multiple of {by}"
-        )
-
-
-def _check_tokens(name: str, x: Tensor, resolution: tuple[int, int], d_model: int) -> None:
-    """``x`` must be ``(B, H·W, d_model)`` for the grid ``resolution = (H, W)``."""
-    check_float(name, x)
-    check_rank(name, x, 3, "[batch, height*width, channels]")
-    want = resolution[0] * resolution[1]
-    if x.shape[1] != want or x.shape[2] != d_model:
-        raise ValueError(
-            f"{name} must have shape (B, {want}, {d_model}) for a {resolution[0]}x{resolution[1]} "
-            f"grid of width {d_model}, got {tuple(x.shape)}"
-        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -90,7 +79,7 @@ class PatchEmbedding(nn.Module):
         self.patch_size = check_positive_int("patch_size", patch_size)
         self.in_channels = check_positive_int("in_channels", in_channels)
         self.d_model = check_positive_int("d_model", d_model)
-        _check_divisible("image_size", self.image_size, patch_size, "patch_size")
+        check_divisible("image_size", self.image_size, "patch_size", patch_size)
         self.grid_size = (self.image_size[0] // patch_size, self.image_size[1] // patch_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.proj = nn.Conv2d(in_channels, d_model, kernel_size=patch_size, stride=patch_size)
@@ -122,7 +111,7 @@ class ViTEmbedding(nn.Module):
     """
 
     def __init__(
-        self, image_size, patch_size: int, in_channels: int, d_model: int, dropout: float = 0.0
+        self, image_size, patch_size: int, in_channels: int, d_model: int, *, dropout: float = 0.0
     ) -> None:
         super().__init__()
         self.patches = PatchEmbedding(image_size, patch_size, in_channels, d_model)
@@ -157,13 +146,13 @@ class VisionTransformer(nn.Module):
         num_heads: int,
         num_layers: int,
         d_ff: int,
-        dropout: float = 0.0,
         *,
+        dropout: float = 0.0,
         attn_fn=None,
     ) -> None:
         super().__init__()
         check_positive_int("num_classes", num_classes)
-        self.embedding = ViTEmbedding(image_size, patch_size, in_channels, d_model, dropout)
+        self.embedding = ViTEmbedding(image_size, patch_size, in_channels, d_model, dropout=dropout)
         self.encoder = Encoder(
             num_layers,
             d_model,
@@ -187,7 +176,7 @@ class VisionTransformer(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-def window_partition(x: Tensor, window: int) -> Tensor:
+def window_partition(x: Tensor, *, window: int) -> Tensor:
     """Cut a grid ``(B, H, W, C)`` into windows ``(B·nW, window², C)``, ``nW = HW / window²``.
 
     Windows are ordered image by image, then row-major over the window grid; tokens inside a
@@ -196,18 +185,18 @@ def window_partition(x: Tensor, window: int) -> Tensor:
     check_rank("x", x, 4, "[batch, height, width, channels]")
     window = check_positive_int("window", window)
     b, h, w, c = x.shape
-    _check_divisible("x's grid", (h, w), window, "window")
+    check_divisible("x's grid", (h, w), "window", window)
     x = x.view(b, h // window, window, w // window, window, c)  # (B, nH, ws, nW, ws, C)
     x = x.permute(0, 1, 3, 2, 4, 5)  # (B, nH, nW, ws, ws, C): the window grid first
     return x.reshape(-1, window * window, c)  # (B·nW, ws², C)
 
 
-def window_reverse(windows: Tensor, window: int, height: int, width: int) -> Tensor:
+def window_reverse(windows: Tensor, *, window: int, height: int, width: int) -> Tensor:
     """Inverse of :func:`window_partition`: ``(B·nW, window², C) -> (B, H, W, C)``."""
     check_rank("windows", windows, 3, "[batch*num_windows, window*window, channels]")
     window = check_positive_int("window", window)
     size = (check_positive_int("height", height), check_positive_int("width", width))
-    _check_divisible("(height, width)", size, window, "window")
+    check_divisible("(height, width)", size, "window", window)
     n_h, n_w = height // window, width // window
     bw, n, c = windows.shape
     if n != window * window or bw % (n_h * n_w):
@@ -220,7 +209,7 @@ def window_reverse(windows: Tensor, window: int, height: int, width: int) -> Ten
     return x.reshape(-1, height, width, c)  # (B, H, W, C)
 
 
-def cyclic_shift(x: Tensor, shift: int) -> Tensor:
+def cyclic_shift(x: Tensor, *, shift: int) -> Tensor:
     """Roll a grid ``(B, H, W, C)`` up and left by ``shift`` (``-shift`` rolls it back).
 
     Swin's trick: after the roll, the regular window grid covers windows displaced by
@@ -252,7 +241,7 @@ def shifted_window_mask(
     size = (check_positive_int("height", height), check_positive_int("width", width))
     window = check_positive_int("window", window)
     shift = check_positive_int("shift", shift, allow_zero=True)
-    _check_divisible("(height, width)", size, window, "window")
+    check_divisible("(height, width)", size, "window", window)
     if shift >= window:
         raise ValueError(f"shift must be in [0, window={window}), got {shift}")
     labels = torch.zeros(1, height, width, 1, dtype=torch.long, device=device)
@@ -263,7 +252,7 @@ def shifted_window_mask(
             for cols in bands:
                 labels[:, rows, cols, :] = label
                 label += 1
-    per_window = window_partition(labels, window).squeeze(-1)  # (nW, ws²)
+    per_window = window_partition(labels, window=window).squeeze(-1)  # (nW, ws²)
     return per_window[:, :, None] == per_window[:, None, :]  # (nW, ws², ws²)
 
 
@@ -311,14 +300,13 @@ class WindowAttention(nn.Module):
         self.d_model = check_positive_int("d_model", d_model)
         self.window = check_positive_int("window", window)
         self.num_heads = check_positive_int("num_heads", num_heads)
-        if d_model % num_heads:
-            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        check_divisible("d_model", d_model, "num_heads", num_heads)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=qkv_bias)
         self.proj = nn.Linear(d_model, d_model)
         self.relative_bias = RelativePositionBias(window, num_heads)
 
     def forward(
-        self, windows: Tensor, mask: Tensor | None = None, *, return_weights: bool = False
+        self, windows: Tensor, mask: Tensor | None = None, *, need_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         n = self.window * self.window
         check_float("windows", windows)
@@ -350,16 +338,16 @@ class WindowAttention(nn.Module):
             region = to_additive(mask, dtype=q.dtype)  # (nW, w², w²), 0 or -inf
             region = region.unsqueeze(0).expand(bw // n_win, -1, -1, -1)  # (B, nW, w², w²)
             bias = bias + region.reshape(bw, 1, n, n)  # (B·nW, H, w², w²)
-        result = scaled_dot_product_attention(q, k, v, bias, return_weights=return_weights)
-        out, weights = result if return_weights else (result, None)  # (B·nW, H, w², Dh)
+        result = scaled_dot_product_attention(q, k, v, bias, need_weights=need_weights)
+        out, weights = result if need_weights else (result, None)  # (B·nW, H, w², Dh)
         out = self.proj(out.transpose(1, 2).reshape(bw, n, self.d_model))  # (B·nW, w², D)
-        return (out, weights) if return_weights else out
+        return (out, weights) if need_weights else out
 
 
 class SwinBlock(nn.Module):
     """One Swin Transformer block: pre-LN (shifted) window attention, then a pre-LN MLP.
 
-    ``x = x + attend(norm1(x)); x = x + mlp(norm2(x))`` on tokens ``(B, H·W, d_model)``.
+    ``x = x + attend_windows(norm1(x)); x = x + mlp(norm2(x))`` on tokens ``(B, H·W, d_model)``.
     ``shift = 0`` gives regular windows; ``shift = window // 2`` the shifted ones (Swin
     alternates the two). Attention never leaves a window: cost linear in ``H·W``.
 
@@ -378,8 +366,8 @@ class SwinBlock(nn.Module):
         input_resolution,
         num_heads: int,
         window: int,
-        shift: int = 0,
         *,
+        shift: int = 0,
         mlp_ratio: float = 4.0,
         dropout: float = 0.0,
     ) -> None:
@@ -388,7 +376,7 @@ class SwinBlock(nn.Module):
         self.d_model = check_positive_int("d_model", d_model)
         self.window = check_positive_int("window", window)
         self.shift = check_positive_int("shift", shift, allow_zero=True)
-        _check_divisible("input_resolution", self.resolution, window, "window")
+        check_divisible("input_resolution", self.resolution, "window", window)
         if shift >= window:
             raise ValueError(f"shift must be in [0, window={window}), got {shift}")
         self.norm1 = nn.LayerNorm(d_model)
@@ -401,29 +389,30 @@ class SwinBlock(nn.Module):
                 f"mlp_ratio must be a number with mlp_ratio * d_model >= 1, got {mlp_ratio!r}"
             )
         # Swin's MLP: the package's FeedForward (dropout on the hidden layer) + output dropout.
-        self.mlp = nn.Sequential(FeedForward(d_model, hidden, dropout, "gelu"), nn.Dropout(dropout))
+        ffn = FeedForward(d_model, hidden, dropout=dropout, activation="gelu")
+        self.mlp = nn.Sequential(ffn, nn.Dropout(dropout))
         region = shifted_window_mask(*self.resolution, window, shift) if shift else None
         self.register_buffer("region_mask", region, persistent=False)  # (nW, w², w²) or None
 
-    def attend(self, x: Tensor) -> Tensor:
+    def attend_windows(self, x: Tensor) -> Tensor:
         """The attention sub-layer alone, on the whole grid: ``(B, H·W, C) -> (B, H·W, C)``.
 
         Shift, cut into windows, attend inside each window, paste back, shift back.
         """
-        _check_tokens("x", x, self.resolution, self.d_model)
         (h, w), c = self.resolution, self.d_model
+        check_tokens("x", x, c, length=h * w, layout=GRID_LAYOUT)
         grid = x.view(-1, h, w, c)  # (B, H, W, C)
         if self.shift:
-            grid = cyclic_shift(grid, self.shift)
-        windows = window_partition(grid, self.window)  # (B·nW, w², C)
+            grid = cyclic_shift(grid, shift=self.shift)
+        windows = window_partition(grid, window=self.window)  # (B·nW, w², C)
         windows = self.attn(windows, self.region_mask)  # (B·nW, w², C)
-        grid = window_reverse(windows, self.window, h, w)  # (B, H, W, C)
+        grid = window_reverse(windows, window=self.window, height=h, width=w)  # (B, H, W, C)
         if self.shift:
-            grid = cyclic_shift(grid, -self.shift)
+            grid = cyclic_shift(grid, shift=-self.shift)
         return grid.reshape(-1, h * w, c)  # (B, H·W, C)
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attend(self.norm1(x))  # (B, H·W, C)
+        x = x + self.attend_windows(self.norm1(x))  # (B, H·W, C)
         return x + self.mlp(self.norm2(x))  # (B, H·W, C)
 
 
@@ -439,13 +428,13 @@ class PatchMerging(nn.Module):
         super().__init__()
         self.resolution = _pair("input_resolution", input_resolution)
         self.d_model = check_positive_int("d_model", d_model)
-        _check_divisible("input_resolution", self.resolution, 2, "the merge factor")
+        check_divisible("input_resolution", self.resolution, "the merge factor", 2)
         self.norm = nn.LayerNorm(4 * d_model)
         self.reduction = nn.Linear(4 * d_model, 2 * d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        _check_tokens("x", x, self.resolution, self.d_model)
         (h, w), c = self.resolution, self.d_model
+        check_tokens("x", x, c, length=h * w, layout=GRID_LAYOUT)
         grid = x.view(-1, h, w, c)  # (B, H, W, C)
         corners = [
             grid[:, 0::2, 0::2],
@@ -473,6 +462,6 @@ def window_attention_score_count(
         ("window", window),
     ):
         check_positive_int(name, value)
-    _check_divisible("(height, width)", (height, width), window, "window")
+    check_divisible("(height, width)", (height, width), "window", window)
     n_windows = (height // window) * (width // window)
     return batch * n_windows * num_heads * window**4

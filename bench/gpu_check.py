@@ -11,8 +11,8 @@ Phases, in order of importance (later ones are skipped once ``--budget-s`` is sp
    benchmark shape (batch x n = 16k tokens, 16 heads); TFLOP/s (forward 4·B·H·n²·d, halved
    when causal; backward 2.5x forward) and ratios;
 4. ``attention.dispatch`` on CUDA ("auto" picks triton; torch SDPA's fully masked rows);
-5. the package's pure-PyTorch variants on CUDA (flash, sliding window, block sparse, linear;
-   whatever exists) against the dense reference / their own CPU result;
+5. the package's pure-PyTorch variants on CUDA (flash, sliding window, block sparse, linear)
+   against the dense reference / their own CPU result;
 6. compiled FlexAttention (sliding window, block sparse with an empty row);
 7. a sweep of alternative tile configs at bf16, d = 128, n = 4096.
 
@@ -31,7 +31,6 @@ mean nothing::
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import math
 import os
@@ -360,14 +359,14 @@ def dispatch_checks(report: Report) -> None:
 # --- phase 5 ------------------------------------------------------------------------------------
 
 
-def optional(module: str):
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        return None
-
-
 def variants(report: Report) -> None:
+    from attention.efficient import (
+        bigbird_layout,
+        block_sparse_attention,
+        flash_attention,
+        linear_attention,
+        sliding_window_attention,
+    )
     from attention.functional import scaled_dot_product_attention
     from attention.masks import block_layout_to_mask, sliding_window_mask
 
@@ -390,61 +389,45 @@ def variants(report: Report) -> None:
             results[name] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
             report.fail(f"variant {name} raised {type(err).__name__}")
 
-    mod = optional("attention.efficient.flash")
-    if mod is None:
-        results["flash"] = "skipped: module missing"
-    else:
-        for causal in (False, True):
-            attempt(
+    for causal in (False, True):
+        attempt(
+            f"flash causal={causal}",
+            lambda causal=causal: record(
                 f"flash causal={causal}",
-                lambda causal=causal: record(
-                    f"flash causal={causal}",
-                    mod.flash_attention(q, k, v, causal=causal),
-                    scaled_dot_product_attention(q, k, v, causal=causal),
-                ),
-            )
-    mod = optional("attention.efficient.sliding_window")
-    if mod is None:
-        results["sliding_window"] = "skipped: module missing"
-    else:
-        mask = sliding_window_mask(n, left=64, right=0, device=DEVICE)
-        attempt(
+                flash_attention(q, k, v, causal=causal),
+                scaled_dot_product_attention(q, k, v, causal=causal),
+            ),
+        )
+    mask = sliding_window_mask(n, left=64, right=0, device=DEVICE)
+    attempt(
+        "sliding_window",
+        lambda: record(
             "sliding_window",
-            lambda: record(
-                "sliding_window",
-                mod.sliding_window_attention(q, k, v, left=64, right=0),
-                scaled_dot_product_attention(q, k, v, mask),
-            ),
-        )
-    mod = optional("attention.efficient.block_sparse")
-    if mod is None:
-        results["block_sparse"] = "skipped: module missing"
-    else:
-        n_blocks = -(-n // 64)
-        layout = mod.bigbird_layout(n_blocks, window=1, n_global=1, n_random=2)
-        mask = block_layout_to_mask(layout, 64, n, n).to(DEVICE)
-        attempt(
+            sliding_window_attention(q, k, v, left=64, right=0),
+            scaled_dot_product_attention(q, k, v, mask),
+        ),
+    )
+    n_blocks = -(-n // 64)
+    layout = bigbird_layout(n_blocks, window=1, n_global=1, n_random=2)
+    block_mask = block_layout_to_mask(layout, 64, n, n).to(DEVICE)
+    attempt(
+        "block_sparse",
+        lambda: record(
             "block_sparse",
-            lambda: record(
-                "block_sparse",
-                mod.block_sparse_attention(q, k, v, layout.to(DEVICE), 64),
-                scaled_dot_product_attention(q, k, v, mask),
+            block_sparse_attention(q, k, v, layout.to(DEVICE), block_size=64),
+            scaled_dot_product_attention(q, k, v, block_mask),
+        ),
+    )
+    for causal in (False, True):  # no softmax reference: CUDA must agree with the CPU
+        attempt(
+            f"linear causal={causal}",
+            lambda causal=causal: record(
+                f"linear causal={causal} (vs CPU)",
+                linear_attention(q, k, v, causal=causal),
+                linear_attention(q.cpu(), k.cpu(), v.cpu(), causal=causal),
+                tol=1e-4,
             ),
         )
-    mod = optional("attention.efficient.linear")
-    if mod is None:
-        results["linear"] = "skipped: module missing"
-    else:  # no softmax reference: CUDA must agree with the same function on the CPU
-        for causal in (False, True):
-            attempt(
-                f"linear causal={causal}",
-                lambda causal=causal: record(
-                    f"linear causal={causal} (vs CPU)",
-                    mod.linear_attention(q, k, v, causal=causal),
-                    mod.linear_attention(q.cpu(), k.cpu(), v.cpu(), causal=causal),
-                    tol=1e-4,
-                ),
-            )
     report.data["phases"]["variants"] = results
 
 
@@ -456,10 +439,7 @@ def flex_checks(report: Report) -> None:
     from attention.gpu import flex
     from attention.masks import block_layout_to_mask, sliding_window_mask
 
-    results = {"flex_available": flex.FLEX_AVAILABLE}
-    if not flex.FLEX_AVAILABLE:
-        report.data["phases"]["flex"] = results
-        return
+    results = {}
     n, bs = size(1000, 60), size(128, 8)
     path = "flex_eager" if SMOKE else "auto"  # auto must resolve to compiled flex on CUDA
     want_path = "flex_eager" if SMOKE else "flex"
@@ -479,7 +459,7 @@ def flex_checks(report: Report) -> None:
             "block_sparse bfloat16",
             torch.bfloat16,
             lambda q, k, v: flex.flex_block_sparse(
-                q, k, v, layout, bs, path=path, return_path=True
+                q, k, v, layout, block_size=bs, path=path, return_path=True
             ),
             block_layout_to_mask(layout, bs, n, n),
         ),

@@ -16,18 +16,27 @@ case         reference                            methods
 
 "Naive dense" is the book's ``attention.functional.scaled_dot_product_attention``, which
 materialises the ``n × n`` scores. Masks and layouts are built once per length, outside the
-timed calls. A method whose module is missing is skipped (and reported as such).
+timed calls.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
+from attention.efficient import (
+    bigbird_layout,
+    block_sparse_attention,
+    chunked_attention,
+    flash_attention,
+    linear_attention,
+    probsparse_attention,
+    sliding_window_attention,
+)
+from attention.efficient.probsparse import n_selected
 from attention.functional import scaled_dot_product_attention
 from attention.masks import block_layout_to_mask, sliding_window_mask
 from book.measure.flops import band_pairs, dense_flops, linear_attention_flops, pair_flops
@@ -141,17 +150,6 @@ class Method:
     cost: str  # key of BenchConfig.max_n
     make: Callable[[int, BenchConfig], AttnFn]
     flops: Callable[[int, BenchConfig], float]
-    needs: str | None = None  # the module of attention.efficient it runs, if any
-
-    def available(self) -> bool:
-        """Whether the module it needs imports (a variant still being written may not)."""
-        if self.needs is None:
-            return True
-        try:
-            importlib.import_module(f"attention.efficient.{self.needs}")
-        except ImportError:
-            return False
-        return True
 
     def runs_at(self, n: int, mode: str, config: BenchConfig) -> bool:
         return n <= config.max_n[self.cost][mode]
@@ -169,8 +167,6 @@ def _band_flops(n: int, c: BenchConfig) -> float:
 
 
 def _bigbird_layout(n: int, c: BenchConfig) -> Tensor:
-    from attention.efficient.block_sparse import bigbird_layout
-
     n_blocks = -(-n // c.block_size)
     return bigbird_layout(n_blocks, generator=torch.Generator().manual_seed(0))  # (Nq, Nk)
 
@@ -187,8 +183,6 @@ def _linear_flops(n: int, c: BenchConfig) -> float:
 def _probsparse_flops(n: int, c: BenchConfig) -> float:
     """Scores of the ``u`` selected queries against every key, plus the ``n × U`` sampled
     scores of the ranking (one product, half the pair cost)."""
-    from attention.efficient.probsparse import n_selected
-
     n_top, n_sample = n_selected(n, 5), n_selected(n, 5)
     return pair_flops(c.batch, c.heads, c.head_dim, n_top * n + (n * n_sample) // 2)
 
@@ -211,31 +205,23 @@ def _naive_causal(n, c):
 
 def _flash(causal: bool):
     def make(n, c):
-        from attention.efficient.flash import flash_attention
-
         return lambda q, k, v: flash_attention(q, k, v, causal=causal)
 
     return make
 
 
 def _chunked(n, c):
-    from attention.efficient.flash import chunked_attention
-
     return lambda q, k, v: chunked_attention(q, k, v)
 
 
 def _linear(causal: bool):
     def make(n, c):
-        from attention.efficient.linear import linear_attention
-
         return lambda q, k, v: linear_attention(q, k, v, causal=causal)
 
     return make
 
 
 def _probsparse(n, c):
-    from attention.efficient.probsparse import probsparse_attention
-
     return lambda q, k, v: probsparse_attention(q, k, v)
 
 
@@ -254,8 +240,6 @@ def _dense_band(n, c):
 
 
 def _sliding_window(n, c):
-    from attention.efficient.sliding_window import sliding_window_attention
-
     return lambda q, k, v: sliding_window_attention(q, k, v, left=c.left, right=c.right)
 
 
@@ -265,18 +249,16 @@ def _sdpa_bigbird(n, c):
 
 
 def _block_sparse(n, c):
-    from attention.efficient.block_sparse import block_sparse_attention
-
     layout = _bigbird_layout(n, c)
-    return lambda q, k, v: block_sparse_attention(q, k, v, layout, c.block_size)
+    return lambda q, k, v: block_sparse_attention(q, k, v, layout, block_size=c.block_size)
 
 
 METHODS: tuple[Method, ...] = (
     Method("sdpa", "torch SDPA", "full", "quadratic", _sdpa, _dense()),
     Method("naive", "naive dense", "full", "naive", _naive, _dense()),
-    Method("flash", "flash (tiled)", "full", "quadratic", _flash(False), _dense(), "flash"),
-    Method("chunked", "chunked (Rabe-Staats)", "full", "chunked", _chunked, _dense(), "flash"),
-    Method("linear", "linear", "full", "subquadratic", _linear(False), _linear_flops, "linear"),
+    Method("flash", "flash (tiled)", "full", "quadratic", _flash(False), _dense()),
+    Method("chunked", "chunked (Rabe-Staats)", "full", "chunked", _chunked, _dense()),
+    Method("linear", "linear", "full", "subquadratic", _linear(False), _linear_flops),
     Method(
         "probsparse",
         "ProbSparse",
@@ -284,15 +266,12 @@ METHODS: tuple[Method, ...] = (
         "subquadratic",
         _probsparse,
         _probsparse_flops,
-        "probsparse",
     ),
     Method("sdpa_causal", "torch SDPA causal", "causal", "quadratic", _sdpa_causal, _dense(True)),
     Method(
         "naive_causal", "naive dense causal", "causal", "naive_masked", _naive_causal, _dense(True)
     ),
-    Method(
-        "flash_causal", "flash causal", "causal", "quadratic", _flash(True), _dense(True), "flash"
-    ),
+    Method("flash_causal", "flash causal", "causal", "quadratic", _flash(True), _dense(True)),
     Method(
         "linear_causal",
         "linear causal (chunked)",
@@ -300,7 +279,6 @@ METHODS: tuple[Method, ...] = (
         "subquadratic",
         _linear(True),
         _linear_flops,
-        "linear",
     ),
     Method(
         "sdpa_band", "torch SDPA band mask", "band", "quadratic_masked", _sdpa_band, _band_flops
@@ -313,7 +291,6 @@ METHODS: tuple[Method, ...] = (
         "subquadratic",
         _sliding_window,
         _band_flops,
-        "sliding_window",
     ),
     Method(
         "sdpa_bigbird",
@@ -330,7 +307,6 @@ METHODS: tuple[Method, ...] = (
         "subquadratic",
         _block_sparse,
         _bigbird_flops,
-        "block_sparse",
     ),
 )
 

@@ -284,7 +284,7 @@ def write_plot(results: dict, path: str | Path) -> None:
 
     idx = _index(results)
     lengths = results["config"]["lengths"]
-    names = [name for name in results["methods"] if name not in results.get("skipped", [])]
+    names = list(results["methods"])
     style = dict(STYLE, **{"axes.prop_cycle": cycler(color=plt.cm.tab20.colors)})
     with matplotlib.rc_context(style):
         fig, axes = plt.subplots(2, 2, figsize=(13, 9))

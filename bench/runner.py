@@ -282,16 +282,12 @@ def run_benchmark(config: BenchConfig, *, log: Callable[[str], None] = _log) -> 
         f"{torch.get_num_threads()} threads")  # fmt: skip
     matmul = matmul_rate(config.matmul_size, config.matmul_repeats, config.dtype)
     log(f"matmul rate: {matmul['gflops']:.1f} GFLOP/s (fp32 {config.matmul_size}^2 torch.mm)")
-    available = [m for m in METHODS if m.available()]
-    skipped = [m.name for m in METHODS if not m.available()]
-    if skipped:
-        log(f"skipped (module missing): {', '.join(skipped)}")
     records: list[dict] = []
     errors: list[dict] = []
     for mode in MODES:
         for case in CASES:
             for n in config.lengths:
-                members = [m for m in available if m.case == case and m.runs_at(n, mode, config)]
+                members = [m for m in METHODS if m.case == case and m.runs_at(n, mode, config)]
                 if not members:
                     continue
                 start = time.perf_counter()
@@ -307,7 +303,7 @@ def run_benchmark(config: BenchConfig, *, log: Callable[[str], None] = _log) -> 
                 )
     growth: list[dict] = []
     for mode in MODES:
-        for m in available:
+        for m in METHODS:
             if m.cost not in GROWTH_COSTS:
                 continue
             for n in config.lengths:
@@ -355,7 +351,6 @@ def run_benchmark(config: BenchConfig, *, log: Callable[[str], None] = _log) -> 
             m.name: {"label": m.label, "case": m.case, "reference": REFERENCE[m.case]}
             for m in METHODS
         },
-        "skipped": skipped,
         "results": records,
         "growth": growth,
         "errors": errors,

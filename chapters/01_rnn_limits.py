@@ -700,7 +700,7 @@ sentences = {
 def contextualise(words):
     """One head of self-attention with identity projections: q = k = v = the word vectors."""
     x = torch.tensor([lexicon[w] for w in words])[None, None]  # (B=1, H=1, L, 3)
-    out, w = scaled_dot_product_attention(x, x, x, return_weights=True)
+    out, w = scaled_dot_product_attention(x, x, x, need_weights=True)
     return out[0, 0], w[0, 0]  # (L, 3), (L, L)
 
 

@@ -92,7 +92,7 @@ def soft_lookup(query: torch.Tensor) -> tuple[float, torch.Tensor]:
     q = query.reshape(1, 1, 1, 4)  # (B=1, H=1, Lq=1, d_k=4)
     k = fruit_keys.reshape(1, 1, 4, 4)  # (1, 1, Lk=4, 4)
     v = fruit_values.reshape(1, 1, 4, 1)  # (1, 1, 4, Ev=1)
-    out, weights = scaled_dot_product_attention(q, k, v, return_weights=True)
+    out, weights = scaled_dot_product_attention(q, k, v, need_weights=True)
     return float(out), weights.reshape(4)  # a price, (4,) weights
 
 
@@ -723,7 +723,7 @@ for name, t in (("X", x), ("Q", Q), ("K", K), ("V", V), ("S", S), ("A", A), ("Z"
 
 # %%
 q4, k4, v4 = (t[None, None] for t in (Q, K, V))  # (1, 1, L, d) each
-z_package, a_package = scaled_dot_product_attention(q4, k4, v4, return_weights=True)
+z_package, a_package = scaled_dot_product_attention(q4, k4, v4, need_weights=True)
 z_torch = F.scaled_dot_product_attention(q4, k4, v4)  # (1, 1, L, d_v)
 torch.testing.assert_close(z_package[0, 0], Z)
 torch.testing.assert_close(a_package[0, 0], A)

@@ -192,7 +192,7 @@ v = V.view(B, L, H, D_HEAD).transpose(1, 2)  # (B, H, L, d_k)
 
 assert q.shape == (B, H, L, D_HEAD)
 assert torch.equal(q[0, 2, 7], Q[0, 7, 6:9])  # head 2 of "it" = features 6..8 of its query
-assert torch.equal(q, split_heads(Q, H))  # the package's helper does the same
+assert torch.equal(q, split_heads(Q, num_heads=H))  # the package's helper does the same
 
 # %% [markdown]
 # The order of the two operations is not a detail. Reshaping $(B, L, D)$ straight to
@@ -221,7 +221,7 @@ per_head = [
     scaled_dot_product_attention(q[:, i : i + 1], k[:, i : i + 1], v[:, i : i + 1])
     for i in range(H)
 ]  # H tensors (B, 1, L, d_k): four independent single-head attentions
-heads_out, weights = scaled_dot_product_attention(q, k, v, return_weights=True)
+heads_out, weights = scaled_dot_product_attention(q, k, v, need_weights=True)
 # heads_out (B, H, L, d_k), weights (B, H, L, L)
 assert torch.allclose(torch.cat(per_head, dim=1), heads_out)
 assert torch.allclose(weights.sum(-1), torch.ones(B, H, L))  # each head: its own distribution

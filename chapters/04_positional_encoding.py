@@ -476,7 +476,8 @@ max_lens = [128, 256, 512, 1024, 2048, 4096]
 learned_params = [LearnedPositionalEmbedding(n, 768).weight.numel() for n in max_lens]
 for n, count in zip(max_lens, learned_params, strict=True):
     print(f"max_len {n:>5}, d_model 768: {count:>9,} parameters")
-sinusoidal_params = sum(p.numel() for p in SinusoidalPositionalEncoding(768, 4096).parameters())
+sinusoidal_module = SinusoidalPositionalEncoding(768, max_len=4096)
+sinusoidal_params = sum(p.numel() for p in sinusoidal_module.parameters())
 rope_params = sum(p.numel() for p in RotaryEmbedding(64).parameters())
 print(f"sinusoidal table of 4096 positions: {sinusoidal_params} parameters; RoPE: {rope_params}")
 
@@ -531,7 +532,7 @@ for attempt, call in (
 def rope_from_scratch(x: torch.Tensor) -> torch.Tensor:
     """RoPE on (B, H, L, Dh) with channels (2i, 2i+1) as the pairs, via complex numbers."""
     b, h, seq, dh = x.shape
-    angles = rope_angles(torch.arange(seq), dh)  # (L, Dh/2): m · θ_i
+    angles = rope_angles(torch.arange(seq), head_dim=dh)  # (L, Dh/2): m · θ_i
     pairs = torch.view_as_complex(x.reshape(b, h, seq, dh // 2, 2))  # (B, H, L, Dh/2)
     turned = pairs * torch.polar(torch.ones_like(angles), angles)  # (B, H, L, Dh/2)
     return torch.view_as_real(turned).reshape(b, h, seq, dh)  # (B, H, L, Dh)

@@ -55,9 +55,9 @@ from attention.heads import MultiHeadAttention
 from book.claims import claims_table, record_claim
 from book.experiments.ch01 import unrolled_lstm
 from book.experiments.ch05 import (
-    BigBirdAttention,
-    LinearAttention,
-    WindowAttention,
+    BigBirdAttnFn,
+    LinearAttnFn,
+    SlidingWindowAttnFn,
     attention_maps,
     document_vocab_size,
     fit_power,
@@ -321,7 +321,16 @@ SEEDS = (0, 1, 2)
 def classifier(attn_fn=None) -> SequenceClassifier:
     """The chapter's model: 1 layer, width 32, 2 heads, no positions, read at the last token."""
     return SequenceClassifier(
-        VOCAB, 2, 32, 2, 1, 64, max_len=1024, positional="none", pooling="last", attn_fn=attn_fn
+        VOCAB,
+        2,
+        d_model=32,
+        num_heads=2,
+        num_layers=1,
+        d_ff=64,
+        max_len=1024,
+        positional="none",
+        pooling="last",
+        attn_fn=attn_fn,
     )
 
 
@@ -584,7 +593,7 @@ weight_bytes = []
 for n in LENGTHS_DENSE:
     q, k, v = make_qkv(n)
     with torch.no_grad():
-        _, w = scaled_dot_product_attention(q, k, v, return_weights=True)  # (1, 2, n, n)
+        _, w = scaled_dot_product_attention(q, k, v, need_weights=True)  # (1, 2, n, n)
     weight_bytes.append(w.untyped_storage().nbytes())
     del w
 
@@ -701,10 +710,10 @@ fig.tight_layout()
 
 # %%
 variants = {
-    "window ±8": WindowAttention(8, 8),
-    "window ±8 + global conclusion": WindowAttention(8, 8, global_positions=(-1,)),
-    "BigBird, blocks of 8": BigBirdAttention(8, window=1, n_global=1, n_random=1),
-    "linear (elu+1)": LinearAttention(),
+    "window ±8": SlidingWindowAttnFn(8, 8),
+    "window ±8 + global conclusion": SlidingWindowAttnFn(8, 8, global_positions=(-1,)),
+    "BigBird, blocks of 8": BigBirdAttnFn(8, window=1, n_global=1, n_random=1),
+    "linear (elu+1)": LinearAttnFn(),
 }
 TOPIC_SPAN = TRAIN_LEN // 4
 reach_rows = {"full attention": torch.ones(TRAIN_LEN, dtype=torch.bool)}
@@ -909,7 +918,7 @@ phi_q, phi_k = torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1  #
 kernel = phi_q @ phi_k.transpose(-2, -1)  # (1, 2, 64, 64)
 linear_weights = kernel / kernel.sum(-1, keepdim=True)  # (1, 2, 64, 64): rows sum to 1
 torch.testing.assert_close(linear_weights @ v, linear_attention(q, k, v))
-_, softmax_weights = scaled_dot_product_attention(q, k, v, return_weights=True)  # (1, 2, 64, 64)
+_, softmax_weights = scaled_dot_product_attention(q, k, v, need_weights=True)  # (1, 2, 64, 64)
 rank_linear = int(torch.linalg.matrix_rank(linear_weights[0, 0]))
 rank_softmax = int(torch.linalg.matrix_rank(softmax_weights[0, 0]))
 

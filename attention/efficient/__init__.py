@@ -12,7 +12,8 @@
 """
 
 from .block_sparse import bigbird_layout, block_sparse_attention
-from .flash import chunked_attention, flash_attention
+from .chunked import chunked_attention
+from .flash import flash_attention
 from .linear import LinearAttentionState, elu_feature_map, linear_attention, linear_attention_step
 from .probsparse import probsparse_attention
 from .sliding_window import sliding_window_attention

@@ -9,18 +9,25 @@ blocks they see, so a few dense rows (BigBird's global blocks) do not pad every 
 
 from __future__ import annotations
 
-import math
-
 import torch
+import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from .._checks import check_positive_int, check_qkv, check_tensor
+from .._checks import (
+    check_block_layout,
+    check_positive_int,
+    check_qkv,
+    compute_dtype,
+    resolve_scale,
+)
 from ..functional import scaled_dot_product_attention
 from ._recompute import probabilities, softmax_backward
 
 Tensor = torch.Tensor
 
-_CHUNK_SCORES = 2**20  # scores computed at once (4 MiB in float32)
+# Scores computed at once (4 MiB in float32): the softmax passes stay in cache and, without
+# autograd, memory stays bounded (bench/README.md, "Implementation notes").
+_CHUNK_SCORES = 2**20
 
 
 def bigbird_layout(
@@ -60,28 +67,6 @@ def bigbird_layout(
         chosen = torch.zeros_like(layout).scatter_(1, picks, torch.isfinite(smallest))
         chosen[:n_global] = False  # global rows already see everything
         layout = layout | chosen
-    return layout
-
-
-def _check_layout(layout: object, n_heads: int, n_q_blocks: int, n_k_blocks: int) -> Tensor:
-    check_tensor("layout", layout)
-    if layout.dtype != torch.bool:
-        raise TypeError(
-            f"layout must be a bool tensor (True = block may attend), got {layout.dtype}"
-        )
-    expected = f"({n_q_blocks}, {n_k_blocks}) or ({n_heads}, {n_q_blocks}, {n_k_blocks})"
-    if layout.dim() not in (2, 3):
-        raise ValueError(
-            f"layout must be {expected} [heads, query blocks, key blocks], got shape "
-            f"{tuple(layout.shape)}"
-        )
-    if tuple(layout.shape[-2:]) != (n_q_blocks, n_k_blocks) or (
-        layout.dim() == 3 and layout.shape[0] not in (1, n_heads)
-    ):
-        raise ValueError(
-            f"layout must be {expected} for these lengths and block_size (blocks = "
-            f"ceil(length / block_size)), got shape {tuple(layout.shape)}"
-        )
     return layout
 
 
@@ -125,20 +110,67 @@ def _gather_blocks(blocks: Tensor, index: Tensor, sizes: list[int], together: bo
     return (blocks[:, :, piece] for piece in index.split(sizes))
 
 
+def _block_rows(
+    q: Tensor, k: Tensor, v: Tensor, layout: Tensor, block_size: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Padded, scaled ``q (B, H, Nq*bs, E)``, ``k``, ``v`` viewed as rows of blocks, with the
+    layout as one row of key blocks per query-block row.
+
+    Returns ``q_rows (B, G, R, bs, E)``, ``k_rows (B, G, Rk, bs, E)``, ``v_rows``,
+    ``row_layout (R, Nk)`` and ``key_offset (R,)``, the index of a row's first key block in
+    ``k_rows``. A layout shared by the heads keeps them in ``G = H``; a per-head layout folds
+    them into the rows (``G = 1``, row ``h*Nq + a`` is query block ``a`` of head ``h`` and it
+    gathers key blocks ``h*Nk + c``).
+    """
+    b, h, n_q, e = q.shape
+    n_qb, n_kb = n_q // block_size, k.shape[2] // block_size
+    if layout.dim() == 3 and layout.shape[0] == h and h > 1:
+        q_rows = q.reshape(b, 1, h * n_qb, block_size, e)  # (B, 1, H*Nq, bs, E)
+        k_rows = k.reshape(b, 1, h * n_kb, block_size, e)  # (B, 1, H*Nk, bs, E)
+        v_rows = v.reshape(b, 1, h * n_kb, block_size, -1)  # (B, 1, H*Nk, bs, Ev)
+        row_layout = layout.reshape(h * n_qb, n_kb)  # (H*Nq, Nk)
+        key_offset = torch.arange(h, device=q.device).repeat_interleave(n_qb) * n_kb  # (H*Nq,)
+    else:
+        q_rows = q.view(b, h, n_qb, block_size, e)  # (B, H, Nq, bs, E)
+        k_rows = k.view(b, h, n_kb, block_size, e)  # (B, H, Nk, bs, E)
+        v_rows = v.view(b, h, n_kb, block_size, -1)  # (B, H, Nk, bs, Ev)
+        row_layout = layout.reshape(n_qb, n_kb)  # (Nq, Nk)
+        key_offset = torch.zeros(n_qb, dtype=torch.long, device=q.device)  # (Nq,)
+    return q_rows, k_rows, v_rows, row_layout, key_offset
+
+
+def _plan_chunks(
+    row_layout: Tensor, rows_per_count: int, block_size: int
+) -> list[tuple[Tensor, Tensor]]:
+    """Rows of one active-block count in chunks of about ``_CHUNK_SCORES`` scores:
+    ``(rows (r,), their active key blocks (r, c))`` per chunk, so that a few dense rows
+    (BigBird's global blocks) do not pad every other row. ``rows_per_count`` is how many
+    matrices of the batch and head dims each row stands for."""
+    counts = row_layout.sum(-1)  # (R,) active key blocks per query-block row
+    plan = []
+    for count in counts.unique().tolist():
+        per_row = rows_per_count * block_size * block_size * max(count, 1)
+        step = max(1, _CHUNK_SCORES // per_row)
+        for rows in (counts == count).nonzero().flatten().split(step):  # (r,)
+            cols = row_layout[rows].nonzero()[:, 1].view(len(rows), count)  # (r, c), row-major
+            plan.append((rows, cols))
+    return plan
+
+
 def block_sparse_attention(
     query: Tensor,
     key: Tensor,
     value: Tensor,
     layout: Tensor,
-    block_size: int,
     *,
+    block_size: int,
     scale: float | None = None,
 ) -> Tensor:
     """Attention restricted to the active blocks of ``layout``, block by block.
 
-    Equal to ``scaled_dot_product_attention(q, k, v, block_layout_to_mask(layout, block_size,
-    Lq, Lk))`` (bool mask, ``True`` = may attend), at a cost proportional to the number of
-    active blocks.
+    Equal to ``scaled_dot_product_attention(query, key, value, block_layout_to_mask(layout,
+    block_size, Lq, Lk))`` (bool mask, ``True`` = may attend), at a cost proportional to the
+    number of active blocks.
 
     Args:
         query: ``(B, H, Lq, E)``.
@@ -160,51 +192,25 @@ def block_sparse_attention(
     b, h, lq, e = query.shape
     lk = key.shape[-2]
     n_qb, n_kb = -(-lq // block_size), -(-lk // block_size)
-    layout = _check_layout(layout, h, n_qb, n_kb).to(query.device)
+    layout = check_block_layout(layout, (h, n_qb, n_kb), block_size).to(query.device)
+    scale = resolve_scale(scale, e)
     if lq == 0 or lk == 0:  # no query, or no key to attend: the dense answer (empty or zeros)
         return scaled_dot_product_attention(query, key, value, scale=scale)
-    if scale is None:
-        scale = 1.0 / math.sqrt(e)
     out_dtype = query.dtype
-    compute_dtype = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
-    q, k, v = (t.to(compute_dtype) for t in (query, key, value))
+    cdt = compute_dtype(out_dtype)
+    q, k, v = (t.to(cdt) for t in (query, key, value))
 
     bs = block_size
-    q = torch.nn.functional.pad(q * scale, (0, 0, 0, n_qb * bs - lq))  # (B, H, Nq*bs, E)
-    k = torch.nn.functional.pad(k, (0, 0, 0, n_kb * bs - lk))  # (B, H, Nk*bs, E)
-    v = torch.nn.functional.pad(v, (0, 0, 0, n_kb * bs - lk))  # (B, H, Nk*bs, Ev)
-    if layout.dim() == 3 and layout.shape[0] == h and h > 1:
-        # Per-head layout: fold the heads into the block axis, so that row h*Nq + a is query
-        # block a of head h and it gathers key blocks h*Nk + b.
-        q_rows = q.reshape(b, 1, h * n_qb, bs, e)  # (B, 1, H*Nq, bs, E)
-        k_rows = k.reshape(b, 1, h * n_kb, bs, e)  # (B, 1, H*Nk, bs, E)
-        v_rows = v.reshape(b, 1, h * n_kb, bs, -1)  # (B, 1, H*Nk, bs, Ev)
-        row_layout = layout.reshape(h * n_qb, n_kb)  # (H*Nq, Nk)
-        key_offset = torch.arange(h, device=q.device).repeat_interleave(n_qb) * n_kb  # (H*Nq,)
-    else:
-        q_rows = q.view(b, h, n_qb, bs, e)  # (B, H, Nq, bs, E)
-        k_rows = k.view(b, h, n_kb, bs, e)  # (B, H, Nk, bs, E)
-        v_rows = v.view(b, h, n_kb, bs, -1)  # (B, H, Nk, bs, Ev)
-        row_layout = layout.reshape(n_qb, n_kb)  # (Nq, Nk)
-        key_offset = torch.zeros(n_qb, dtype=torch.long, device=q.device)  # (Nq,)
-
-    counts = row_layout.sum(-1)  # (R,) active key blocks per query-block row
-    # The plan: rows of one count in chunks of about _CHUNK_SCORES scores, so the softmax passes
-    # stay in cache (about 2x faster on CPU than one huge chunk) and, without autograd, memory
-    # stays bounded.
-    plan = []  # (rows (r,), their active key blocks (r, c)) per chunk
-    for count in counts.unique().tolist():
-        per_row = q_rows.shape[0] * q_rows.shape[1] * bs * bs * max(count, 1)
-        step = max(1, _CHUNK_SCORES // per_row)
-        for rows in (counts == count).nonzero().flatten().split(step):  # (r,)
-            cols = row_layout[rows].nonzero()[:, 1].view(len(rows), count)  # (r, c), row-major
-            plan.append((rows, cols))
+    q = F.pad(q * scale, (0, 0, 0, n_qb * bs - lq))  # (B, H, Nq*bs, E)
+    k = F.pad(k, (0, 0, 0, n_kb * bs - lk))  # (B, H, Nk*bs, E)
+    v = F.pad(v, (0, 0, 0, n_kb * bs - lk))  # (B, H, Nk*bs, Ev)
+    q_rows, k_rows, v_rows, row_layout, key_offset = _block_rows(q, k, v, layout, bs)
+    plan = _plan_chunks(row_layout, q_rows.shape[0] * q_rows.shape[1], bs)
     all_rows = torch.cat([rows for rows, _ in plan])  # (R,) every row once, chunk by chunk
     all_keys = torch.cat([(cols + key_offset[rows, None]).flatten() for rows, cols in plan])
-    # With autograd, gather every chunk's rows and key blocks in one indexing each, then split:
-    # the backward of `x[:, :, index]` scatters into a zero tensor the size of x, so one gather
-    # per chunk would make the backward O(chunks * n) = O(n^2). Without autograd, gather chunk
-    # by chunk and hold only one chunk's copy at a time.
+    # With autograd, gather every chunk's rows and key blocks in one indexing each, then split
+    # (one gather per chunk would make the backward O(n^2)); without, chunk by chunk, holding
+    # one chunk's copy at a time.
     together = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     q_chunks = _gather_blocks(q_rows, all_rows, [len(rows) for rows, _ in plan], together)
     key_sizes = [cols.numel() for _, cols in plan]

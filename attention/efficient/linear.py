@@ -27,20 +27,27 @@ length so far. Half-precision inputs are computed in float32.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from .._checks import check_float, check_positive_int, check_qkv, check_rank
+from .._checks import (
+    check_bool,
+    check_float,
+    check_nonnegative_float,
+    check_positive_int,
+    check_qkv,
+    check_rank,
+    compute_dtype,
+)
 from ..masks import causal_mask
-from .flash import run_over_heads
+from ._threads import run_over_heads
 
 Tensor = torch.Tensor
 
-# Chunk length measured on a 2-core CPU (fp32, B=1, H=8, head dim 64, n = 8192; 16..512
-# tried): near the head dim the intra-chunk (n·C·E) and state (n·E·Ev/C) costs balance.
+# Near the head dim the intra-chunk (n·C·E) and state (n·E·Ev/C) costs balance (how it was
+# chosen: bench/README.md, "Implementation notes").
 DEFAULT_CHUNK_SIZE = 64
 
 
@@ -68,7 +75,7 @@ class LinearAttentionState(NamedTuple):
     def zeros(
         cls,
         batch: int,
-        heads: int,
+        num_heads: int,
         dim_k: int,
         dim_v: int,
         *,
@@ -76,24 +83,13 @@ class LinearAttentionState(NamedTuple):
         device: torch.device | str | None = None,
     ) -> LinearAttentionState:
         """The state before any token."""
-        for name, n in (("batch", batch), ("heads", heads), ("dim_k", dim_k), ("dim_v", dim_v)):
+        sizes = (("batch", batch), ("num_heads", num_heads), ("dim_k", dim_k), ("dim_v", dim_v))
+        for name, n in sizes:
             check_positive_int(name, n)
         return cls(
-            torch.zeros(batch, heads, dim_k, dim_v, dtype=dtype, device=device),
-            torch.zeros(batch, heads, dim_k, dtype=dtype, device=device),
+            torch.zeros(batch, num_heads, dim_k, dim_v, dtype=dtype, device=device),
+            torch.zeros(batch, num_heads, dim_k, dtype=dtype, device=device),
         )
-
-
-def _check_eps(eps: object) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
-    if not (math.isfinite(eps) and eps >= 0):
-        raise ValueError(f"eps must be a finite float >= 0, got {eps}")
-    return float(eps)
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def _with_ones(v: Tensor) -> Tensor:
@@ -138,7 +134,7 @@ def _linear_heads(
     """Linear attention on flattened heads: ``q (BH, Lq, E)``, ``k (BH, Lk, E)``,
     ``v (BH, Lk, Ev)``. Returns the output ``(BH, Lq, Ev)`` in the compute dtype and, if
     ``with_state``, ``[S, z]`` after all keys ``(BH, E, Ev + 1)``."""
-    cdt = _compute_dtype(q.dtype)
+    cdt = compute_dtype(q.dtype)
     phi_q = elu_feature_map(q.to(cdt))  # (BH, Lq, E)
     phi_k = elu_feature_map(k.to(cdt))  # (BH, Lk, E)
     v1 = _with_ones(v.to(cdt))  # (BH, Lk, Ev+1)
@@ -156,9 +152,9 @@ def _linear_heads(
 
 
 def linear_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
     *,
     causal: bool = False,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -168,8 +164,9 @@ def linear_attention(
     """Linear attention ``φ(Q)(φ(K)ᵀV) / (φ(Q)φ(K)ᵀ1 + eps)`` with φ = :func:`elu_feature_map`.
 
     Args:
-        q: ``(B, H, Lq, E)``; k: ``(B, H, Lk, E)``; v: ``(B, H, Lk, Ev)``. No scale: φ is not
-            the exponential, so a temperature would not cancel; the model learns it.
+        query: ``(B, H, Lq, E)``; key: ``(B, H, Lk, E)``; value: ``(B, H, Lk, Ev)``. No
+            scale: φ is not the exponential, so a temperature would not cancel; the model
+            learns it.
         causal: position ``i`` uses keys ``j <= i`` only (requires ``Lq == Lk``); computed by
             chunks of ``chunk_size`` (any int >= 1; need not divide the length).
         eps: added to the denominator (it is positive; eps guards the tiny-feature case).
@@ -177,36 +174,35 @@ def linear_attention(
             continue with :func:`linear_attention_step` (generation after a prompt).
 
     Returns:
-        ``(B, H, Lq, Ev)`` in the dtype of ``q`` (float16/bfloat16 computed in float32), and
-        the final state if asked.
+        ``(B, H, Lq, Ev)`` in the dtype of ``query`` (float16/bfloat16 computed in float32),
+        and the final state if asked.
     """
-    check_qkv(q, k, v)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    check_qkv(query, key, value)
+    check_bool("causal", causal)
     chunk_size = check_positive_int("chunk_size", chunk_size)
-    eps = _check_eps(eps)
-    b, h, n_queries, dim_k = q.shape
-    n_keys, dim_v = k.shape[2], v.shape[3]
+    eps = check_nonnegative_float("eps", eps)
+    b, h, n_queries, dim_k = query.shape
+    n_keys, dim_v = key.shape[2], value.shape[3]
     if causal and n_queries != n_keys:
         raise ValueError(
             f"causal linear attention needs as many queries as keys, got Lq={n_queries} and "
             f"Lk={n_keys} (for a prompt then new tokens use return_state and "
             f"linear_attention_step)"
         )
-    q3 = q.reshape(b * h, n_queries, dim_k)  # (BH, Lq, E)
-    k3 = k.reshape(b * h, n_keys, dim_k)  # (BH, Lk, E)
-    v3 = v.reshape(b * h, n_keys, dim_v)  # (BH, Lk, Ev)
+    q3 = query.reshape(b * h, n_queries, dim_k)  # (BH, Lq, E)
+    k3 = key.reshape(b * h, n_keys, dim_k)  # (BH, Lk, E)
+    v3 = value.reshape(b * h, n_keys, dim_v)  # (BH, Lk, Ev)
     # A few large ops per call; on a multi-core CPU each thread takes some heads (no fork/join
     # per op, see run_over_heads). Work in multiply-adds, roughly.
     work = b * h * max(n_queries, n_keys) * (chunk_size * (dim_k + dim_v) + 2 * dim_k * dim_v)
     parts = run_over_heads(
         lambda hs: _linear_heads(q3[hs], k3[hs], v3[hs], causal, chunk_size, eps, return_state),
         b * h,
-        work,
-        q.device,
+        work=work,
+        device=query.device,
     )
     out = parts[0][0] if len(parts) == 1 else torch.cat([p[0] for p in parts])  # (BH, Lq, Ev)
-    out = out.view(b, h, n_queries, dim_v).to(q.dtype)
+    out = out.view(b, h, n_queries, dim_v).to(query.dtype)
     if not return_state:
         return out
     state = parts[0][1] if len(parts) == 1 else torch.cat([p[1] for p in parts])
@@ -215,9 +211,9 @@ def linear_attention(
 
 
 def linear_attention_step(
-    q_t: Tensor,
-    k_t: Tensor,
-    v_t: Tensor,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
     state: LinearAttentionState | None = None,
     *,
     eps: float = 1e-6,
@@ -228,25 +224,26 @@ def linear_attention_step(
     (the new token sees itself, as in the causal mask).
 
     Args:
-        q_t, k_t: ``(B, H, 1, E)``; v_t: ``(B, H, 1, Ev)`` (one position, the book's layout).
+        query, key: the new token's ``(B, H, 1, E)``; value: ``(B, H, 1, Ev)`` (one position,
+            the book's layout).
         state: the :class:`LinearAttentionState` after the previous tokens; ``None`` = none.
 
     Returns:
-        ``out_t (B, H, 1, Ev)`` in the dtype of ``q_t`` and the new state (a new object; the
+        ``out_t (B, H, 1, Ev)`` in the dtype of ``query`` and the new state (a new object; the
         old one is not modified).
     """
-    check_qkv(q_t, k_t, v_t)
-    eps = _check_eps(eps)
-    b, h, n, e = q_t.shape
-    ev = v_t.shape[-1]
-    if n != 1 or k_t.shape[2] != 1:
+    check_qkv(query, key, value)
+    eps = check_nonnegative_float("eps", eps)
+    b, h, n, e = query.shape
+    ev = value.shape[-1]
+    if n != 1 or key.shape[2] != 1:
         raise ValueError(
-            f"linear_attention_step takes one position: expected q_t, k_t, v_t of shape "
-            f"(B, H, 1, dim), got q_t {tuple(q_t.shape)} and k_t {tuple(k_t.shape)}"
+            f"linear_attention_step takes one position: expected query, key, value of shape "
+            f"(B, H, 1, dim), got query {tuple(query.shape)} and key {tuple(key.shape)}"
         )
-    cdt = _compute_dtype(q_t.dtype)
+    cdt = compute_dtype(query.dtype)
     if state is None:
-        state = LinearAttentionState.zeros(b, h, e, ev, dtype=cdt, device=q_t.device)
+        state = LinearAttentionState.zeros(b, h, e, ev, dtype=cdt, device=query.device)
     if not isinstance(state, LinearAttentionState):
         raise TypeError(f"state must be a LinearAttentionState or None, got {type(state).__name__}")
     check_float("state.S", state.S)
@@ -258,11 +255,11 @@ def linear_attention_step(
             f"state does not match the inputs: expected S {(b, h, e, ev)} and z {(b, h, e)}, "
             f"got S {tuple(state.S.shape)} and z {tuple(state.z.shape)}"
         )
-    phi_q = elu_feature_map(q_t.to(cdt))  # (B, H, 1, E)
-    phi_k = elu_feature_map(k_t.to(cdt))  # (B, H, 1, E)
-    new_s = state.S.to(cdt) + phi_k.transpose(-2, -1) @ v_t.to(cdt)  # (B, H, E, Ev)
+    phi_q = elu_feature_map(query.to(cdt))  # (B, H, 1, E)
+    phi_k = elu_feature_map(key.to(cdt))  # (B, H, 1, E)
+    new_s = state.S.to(cdt) + phi_k.transpose(-2, -1) @ value.to(cdt)  # (B, H, E, Ev)
     new_z = state.z.to(cdt) + phi_k.squeeze(-2)  # (B, H, E)
     numerator = phi_q @ new_s  # (B, H, 1, Ev)
     denominator = phi_q @ new_z.unsqueeze(-1)  # (B, H, 1, 1)
-    out = (numerator / (denominator + eps)).to(q_t.dtype)  # (B, H, 1, Ev)
+    out = (numerator / (denominator + eps)).to(query.dtype)  # (B, H, 1, Ev)
     return out, LinearAttentionState(new_s, new_z)

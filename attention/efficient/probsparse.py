@@ -15,7 +15,16 @@ import math
 
 import torch
 
-from .._checks import check_positive_int, check_qkv, check_rank, check_tensor
+from .._checks import (
+    check_bool,
+    check_positive_int,
+    check_qkv,
+    check_rank,
+    check_scale,
+    check_tensor,
+    compute_dtype,
+    resolve_scale,
+)
 from ..functional import scaled_dot_product_attention
 
 Tensor = torch.Tensor
@@ -32,7 +41,7 @@ def n_selected(length: int, factor: int) -> int:
     return max(1, min(length, factor * math.ceil(math.log(length))))
 
 
-def sparsity_measure(query: Tensor, key: Tensor, sample_index: Tensor, scale: float) -> Tensor:
+def sparsity_measure(query: Tensor, key: Tensor, sample_index: Tensor, *, scale: float) -> Tensor:
     """Informer's query sparsity measurement, estimated on a sample of keys.
 
     ``M(q_i) = max_s (q_i · k_s) · scale - mean_s (q_i · k_s) · scale`` over the sampled keys
@@ -51,6 +60,9 @@ def sparsity_measure(query: Tensor, key: Tensor, sample_index: Tensor, scale: fl
     Returns:
         ``(B, H, Lq)``.
     """
+    scale = check_scale(scale)
+    if scale is None:
+        raise TypeError("scale must be a float, got None (the scores' factor, e.g. 1/sqrt(E))")
     check_tensor("sample_index", sample_index)
     check_rank("sample_index", sample_index, 1, "[n_samples]")
     if sample_index.is_floating_point() or sample_index.dtype == torch.bool:
@@ -66,6 +78,29 @@ def sparsity_measure(query: Tensor, key: Tensor, sample_index: Tensor, scale: fl
     k_sample = key.index_select(2, sample_index.to(key.device))  # (B, H, U, E)
     scores = query @ k_sample.transpose(-2, -1) * scale  # (B, H, Lq, U)
     return scores.amax(dim=-1) - scores.mean(dim=-1)  # (B, H, Lq)
+
+
+def _lazy_outputs(v: Tensor, n_queries: int, causal: bool) -> Tensor:
+    """What uniform attention over its allowed keys gives every query: ``mean(V)``, or with
+    ``causal`` the running mean ``mean(v_0 .. v_i)``. ``v (B, H, Lk, Ev)`` -> ``(B, H, Lq, Ev)``."""
+    b, h, lk, ev = v.shape
+    if causal:
+        counts = torch.arange(1, lk + 1, device=v.device, dtype=v.dtype)[:, None]  # (L, 1)
+        return v.cumsum(dim=-2) / counts  # (B, H, L, Ev) running mean
+    return v.mean(dim=-2, keepdim=True).expand(b, h, n_queries, ev)  # (B, H, Lq, Ev)
+
+
+def _active_outputs(
+    q: Tensor, k: Tensor, v: Tensor, index: Tensor, causal: bool, scale: float
+) -> Tensor:
+    """Ordinary attention for the selected queries ``index (B, H, u)``: ``(B, H, u, Ev)``.
+    With ``causal`` each one gets its row of ``causal_mask(L)`` (keys ``j <= i``), built per
+    selected row, without the L × L mask."""
+    q_top = q.gather(2, index[..., None].expand(-1, -1, -1, q.shape[-1]))  # (B, H, u, E)
+    allowed = None
+    if causal:
+        allowed = torch.arange(k.shape[-2], device=q.device) <= index[..., None]  # (B, H, u, Lk)
+    return scaled_dot_product_attention(q_top, k, v, allowed, scale=scale)  # (B, H, u, Ev)
 
 
 def probsparse_attention(
@@ -109,8 +144,10 @@ def probsparse_attention(
     """
     check_qkv(query, key, value)
     factor = check_positive_int("factor", factor)
+    check_bool("causal", causal)
     b, h, lq, e = query.shape
     lk = key.shape[-2]
+    scale = resolve_scale(scale, e)
     if causal and lq != lk:
         raise ValueError(f"causal ProbSparse attention needs Lq == Lk, got Lq={lq}, Lk={lk}")
     if lq == 0 or lk == 0:
@@ -119,34 +156,20 @@ def probsparse_attention(
         out = scaled_dot_product_attention(query, key, value, scale=scale)  # (B, H, Lq, Ev)
         index = torch.empty(b, h, 0, dtype=torch.long, device=query.device)
         return (out, index) if return_index else out
-    if scale is None:
-        scale = 1.0 / math.sqrt(e)
     if generator is None:
         generator = torch.Generator(device=query.device).manual_seed(0)
     out_dtype = query.dtype
-    compute_dtype = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
-    q, k, v = (t.to(compute_dtype) for t in (query, key, value))
+    cdt = compute_dtype(out_dtype)
+    q, k, v = (t.to(cdt) for t in (query, key, value))
 
     n_sample, n_top = n_selected(lk, factor), n_selected(lq, factor)
     sample_index = torch.randperm(lk, generator=generator, device=generator.device)[:n_sample]
     with torch.no_grad():  # the ranking is a discrete choice: no gradient flows through it
-        measure = sparsity_measure(q, k, sample_index, scale)  # (B, H, Lq)
+        measure = sparsity_measure(q, k, sample_index, scale=scale)  # (B, H, Lq)
         index = measure.topk(n_top, dim=-1, sorted=False).indices.sort(dim=-1).values  # (B,H,u)
 
-    # Lazy queries: what uniform attention over their allowed keys gives.
-    if causal:
-        counts = torch.arange(1, lk + 1, device=q.device, dtype=v.dtype)[:, None]  # (L, 1)
-        out = v.cumsum(dim=-2) / counts  # (B, H, L, Ev) running mean
-    else:
-        out = v.mean(dim=-2, keepdim=True).expand(b, h, lq, v.shape[-1])  # (B, H, Lq, Ev)
-
-    # Active queries: ordinary attention, the causal rows of causal_mask(L) for their positions
-    # (built per selected row: j <= i, without the L × L mask).
-    q_top = q.gather(2, index[..., None].expand(-1, -1, -1, e))  # (B, H, u, E)
-    allowed = None
-    if causal:
-        allowed = torch.arange(lk, device=q.device) <= index[..., None]  # (B, H, u, Lk)
-    out_top = scaled_dot_product_attention(q_top, k, v, allowed, scale=scale)  # (B, H, u, Ev)
+    out = _lazy_outputs(v, lq, causal)  # (B, H, Lq, Ev)
+    out_top = _active_outputs(q, k, v, index, causal, scale)  # (B, H, u, Ev)
     out = out.scatter(2, index[..., None].expand(-1, -1, -1, v.shape[-1]), out_top)
     out = out.to(out_dtype)  # (B, H, Lq, Ev)
     if return_index:

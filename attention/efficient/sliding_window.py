@@ -14,12 +14,17 @@ weights instead of keeping all ``O(Lq · w)`` of them.
 
 from __future__ import annotations
 
-import math
-
 import torch
+import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from .._checks import check_positive_int, check_qkv, check_tensor
+from .._checks import (
+    check_positive_int,
+    check_qkv,
+    check_tensor,
+    compute_dtype,
+    resolve_scale,
+)
 from ..functional import scaled_dot_product_attention
 from ..masks import sliding_window_mask
 from ._recompute import probabilities, softmax_backward
@@ -27,7 +32,8 @@ from ._recompute import probabilities, softmax_backward
 Tensor = torch.Tensor
 
 # Scores computed at once per group of query blocks (2**19 floats = 2 MiB in float32): large
-# enough to amortise the Python loop, small enough to stay in cache through the softmax.
+# enough to amortise the Python loop, small enough to stay in cache through the softmax
+# (bench/README.md, "Implementation notes").
 SCORE_TILE_ELEMENTS = 2**19
 
 
@@ -36,7 +42,8 @@ def default_block_size(left: int, right: int, n_queries: int) -> int:
 
     A block of ``bq`` queries scores ``bq + left + right`` keys, so the work per query is
     ``1 + (left + right) / bq`` band-widths' worth: small blocks waste less, but very small
-    matrix products are slow. A quarter of the window (waste <= 1.25x) was fastest on CPU.
+    matrix products are slow. A quarter of the window wastes at most 1.25x (the measured
+    choice: bench/README.md, "Implementation notes").
     """
     target = (left + right + 1) // 4
     return max(1, min(n_queries, max(16, min(64, target))))
@@ -145,6 +152,95 @@ def _attend_strips(
     return _BandTile.apply(q_blocks, k_strips, v_strips, blocked, k_glob, v_glob)
 
 
+def _blocked_strips(
+    n_queries: int,
+    n_keys: int,
+    left: int,
+    right: int,
+    bq: int,
+    g_pos: Tensor | None,
+    device: torch.device,
+) -> Tensor:
+    """Which (query, key strip) entries may NOT be attended: ``(nb, bq, W)`` bool, for query
+    blocks of ``bq`` rows and strips of ``W = bq + left + right`` keys.
+
+    Row ``r`` of block ``i`` is query ``i*bq + r``, column ``c`` is key ``i*bq - left + c``, so
+    ``j - i = c - left - r`` and the band is ``0 <= c - r <= left + right``: the same band for
+    every block. Padding keys (before 0, after ``Lk``) and the global keys (which get their own
+    columns, so that they count once) are blocked too.
+    """
+    n_blocks = -(-n_queries // bq)
+    width = bq + left + right
+    band = sliding_window_mask(bq, width, left=0, right=left + right, device=device)  # (bq, W)
+    key_pos = torch.arange(n_blocks, device=device)[:, None] * bq - left  # (nb, 1)
+    key_pos = key_pos + torch.arange(width, device=device)  # (nb, W)
+    real_key = (key_pos >= 0) & (key_pos < n_keys)  # (nb, W): padding never gets weight
+    if g_pos is not None:
+        is_global = torch.zeros(n_keys, dtype=torch.bool, device=device)
+        is_global[g_pos] = True
+        real_key = real_key & ~is_global[key_pos.clamp(0, n_keys - 1)]
+    return ~(band & real_key[:, None, :])  # (nb, bq, W)
+
+
+def _attend_bands(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    blocked: Tensor,
+    right: int,
+    scale: float,
+    glob: tuple[Tensor, Tensor] | None,
+) -> Tensor:
+    """The band of every query: ``q (B, H, Lq, E)``, ``k (B, H, Lk, E)``, ``v (B, H, Lk, Ev)``
+    in the compute dtype, ``blocked`` from :func:`_blocked_strips`, ``glob`` the global keys
+    and values ``((B, H, G, E), (B, H, G, Ev))`` or ``None``. Returns ``(B, H, Lq, Ev)``.
+
+    One (batch, head) at a time: bmm reads the overlapping strips through their strided view
+    (a matmul batched over (B, H, nb) would first copy them). Within a head, query blocks go in
+    groups whose score tile stays cache-sized, so the time per token does not grow with n.
+    The pieces come from ``unbind`` and ``split``, never from indexing, whose backward would
+    write each piece's gradient into a zero tensor as large as the whole (O(n²) in all).
+    """
+    b, h, lq, e = q.shape
+    n_blocks, bq, width = blocked.shape
+    left = width - bq - right
+    # Block i needs keys i*bq-left .. i*bq+bq-1+right: pad `left` zero keys in front, enough at
+    # the back (or crop keys no window reaches), then unfold.
+    needed = n_blocks * bq + right  # key positions 0 .. needed-1 are reachable
+    k_used, v_used = k[:, :, :needed], v[:, :, :needed]
+    pad = (0, 0, left, needed - k_used.shape[-2])
+    q_pad = (0, 0, 0, n_blocks * bq - lq)
+    n_groups = -(-n_blocks * bq * width // SCORE_TILE_ELEMENTS)  # ceil
+    group = -(-n_blocks // n_groups)  # query blocks per group, groups of equal size
+    blocked_groups = blocked.split(group)  # (<=group, bq, W) each
+    q_heads, k_heads, v_heads = (t.flatten(0, 1).unbind(0) for t in (q, k_used, v_used))
+    globs = [None] * (b * h)
+    if glob is not None:
+        k_glob, v_glob = (t.flatten(0, 1).unbind(0) for t in glob)  # (G, E), (G, Ev) each
+        globs = list(zip(k_glob, v_glob, strict=True))
+    heads = []
+    for q_head, k_head, v_head, glob_head in zip(q_heads, k_heads, v_heads, globs, strict=True):
+        # Padded head by head: whole-tensor copies would be large allocations, paid afresh on
+        # every call.
+        q_head = F.pad(q_head, q_pad).view(n_blocks, bq, e) * scale  # (nb, bq, E)
+        k_head = F.pad(k_head, pad).unfold(0, width, bq)  # (nb, E, W), a view
+        v_head = F.pad(v_head, pad).unfold(0, width, bq)  # (nb, Ev, W)
+        v_head = v_head.transpose(-2, -1)  # (nb, W, Ev)
+        parts = [
+            _attend_strips(q_g, k_g, v_g, blocked_g, glob_head)  # (<=group, bq, Ev)
+            for q_g, k_g, v_g, blocked_g in zip(
+                q_head.split(group),
+                k_head.split(group),
+                v_head.split(group),
+                blocked_groups,
+                strict=True,
+            )
+        ]
+        heads.append(torch.cat(parts) if len(parts) > 1 else parts[0])  # (nb, bq, Ev)
+    out = torch.stack(heads)  # (B*H, nb, bq, Ev)
+    return out.view(b, h, n_blocks * bq, -1)[:, :, :lq]  # (B, H, Lq, Ev)
+
+
 def sliding_window_attention(
     query: Tensor,
     key: Tensor,
@@ -158,10 +254,11 @@ def sliding_window_attention(
 ) -> Tensor:
     """Banded attention: query ``i`` attends keys ``j`` with ``i - left <= j <= i + right``.
 
-    Equal to ``scaled_dot_product_attention(q, k, v, sliding_window_mask(Lq, Lk, left=left,
-    right=right))`` (bool mask, ``True`` = may attend) but in ``O(Lq · (w + block_size))`` time
-    and memory, ``w = left + right + 1``. ``right=0`` is the causal sliding window;
-    ``left=right=0`` lets each token see only itself; windows wider than the sequence are fine.
+    Equal to ``scaled_dot_product_attention(query, key, value, sliding_window_mask(Lq, Lk,
+    left=left, right=right))`` (bool mask, ``True`` = may attend) but in
+    ``O(Lq · (w + block_size))`` time and memory, ``w = left + right + 1``. ``right=0`` is the
+    causal sliding window; ``left=right=0`` lets each token see only itself; windows wider than
+    the sequence are fine.
 
     Args:
         query: ``(B, H, Lq, E)``.
@@ -189,11 +286,10 @@ def sliding_window_attention(
         check_positive_int("block_size", block_size)
     b, h, lq, e = query.shape
     lk = key.shape[-2]
-    if scale is None:
-        scale = 1.0 / math.sqrt(e)
+    scale = resolve_scale(scale, e)
     out_dtype = query.dtype
-    compute_dtype = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
-    q, k, v = (t.to(compute_dtype) for t in (query, key, value))
+    cdt = compute_dtype(out_dtype)
+    q, k, v = (t.to(cdt) for t in (query, key, value))
     g_pos = None
     if global_tokens is not None:
         if lq != lk:
@@ -208,72 +304,11 @@ def sliding_window_attention(
     # that a huge window does not become a huge strip of padding.
     left, right = min(left, lq - 1), min(right, lk - 1)
     bq = default_block_size(left, right, lq) if block_size is None else block_size
-    n_blocks = -(-lq // bq)
-    width = bq + left + right  # keys seen by one query block
-
-    # Block i (queries i*bq .. i*bq+bq-1) needs keys i*bq-left .. i*bq+bq-1+right: pad `left`
-    # zero keys in front, enough at the back (or crop keys no window reaches), then unfold.
-    needed = n_blocks * bq + right  # key positions 0 .. needed-1 are reachable
-    k_used, v_used = k[:, :, :needed], v[:, :, :needed]
-    pad = (0, 0, left, needed - k_used.shape[-2])
-    q_pad = (0, 0, 0, n_blocks * bq - lq)
-
-    # Row r of a block is query i*bq + r, column c is key i*bq - left + c, so j - i = c - left - r
-    # and the band is 0 <= c - r <= left + right: the same band for every block.
-    band = sliding_window_mask(bq, width, left=0, right=left + right, device=q.device)  # (bq, W)
-    key_pos = torch.arange(n_blocks, device=q.device)[:, None] * bq - left  # (nb, 1)
-    key_pos = key_pos + torch.arange(width, device=q.device)  # (nb, W)
-    real_key = (key_pos >= 0) & (key_pos < lk)  # (nb, W): padding never gets weight
+    blocked = _blocked_strips(lq, lk, left, right, bq, g_pos, q.device)  # (nb, bq, W)
+    glob = None
     if g_pos is not None:
-        # A global key gets its own column below; drop it from the band so it counts once.
-        is_global = torch.zeros(lk, dtype=torch.bool, device=q.device)
-        is_global[g_pos] = True
-        real_key = real_key & ~is_global[key_pos.clamp(0, lk - 1)]
-    blocked = ~(band & real_key[:, None, :])  # (nb, bq, W): True = may NOT attend
-
-    k_glob = v_glob = None
-    if g_pos is not None:
-        k_glob = k.index_select(2, g_pos)  # (B, H, G, E)
-        v_glob = v.index_select(2, g_pos)  # (B, H, G, Ev)
-    # One (batch, head) at a time: bmm reads the overlapping strips through their strided view
-    # (a matmul batched over (B, H, nb) would first copy them). Within a head, query blocks go
-    # in groups whose score tile stays cache-sized: one head's whole (nb, bq, W) scores grow
-    # with n, and once they outgrow the cache every softmax pass streams from memory, so the
-    # time per token rose with n (t(2n)/t(n) of 2.6 at n = 8192 before this grouping).
-    # The pieces come from unbind and split, never from indexing: autograd's backward of
-    # `x[i]` or `x[a:b]` writes the piece's gradient into a zero tensor as large as all of x,
-    # and with one piece per group that made the backward O(n^2) (unbind/split have one
-    # backward node that assembles every piece's gradient at once). Each head unfolds its own
-    # strips, so the backward folds one head's strip gradients back before the next head's.
-    n_groups = -(-n_blocks * bq * width // SCORE_TILE_ELEMENTS)  # ceil
-    group = -(-n_blocks // n_groups)  # query blocks per group, groups of equal size
-    blocked_groups = blocked.split(group)  # (<=group, bq, W) each
-    q_heads, k_heads, v_heads = (t.flatten(0, 1).unbind(0) for t in (q, k_used, v_used))
-    globs = [None] * (b * h)
-    if g_pos is not None:
-        k_glob, v_glob = (t.flatten(0, 1).unbind(0) for t in (k_glob, v_glob))  # (G, E), (G, Ev)
-        globs = list(zip(k_glob, v_glob, strict=True))
-    heads = []
-    for q_head, k_head, v_head, glob in zip(q_heads, k_heads, v_heads, globs, strict=True):
-        # Padded head by head: whole-tensor copies pass 32 MiB at n = 16384, where glibc's
-        # malloc maps and unmaps every allocation, page-faulting it in again on each call.
-        q_head = torch.nn.functional.pad(q_head, q_pad).view(n_blocks, bq, e) * scale  # (nb, bq, E)
-        k_head = torch.nn.functional.pad(k_head, pad).unfold(0, width, bq)  # (nb, E, W), a view
-        v_head = torch.nn.functional.pad(v_head, pad).unfold(0, width, bq)  # (nb, Ev, W)
-        v_head = v_head.transpose(-2, -1)  # (nb, W, Ev)
-        parts = [
-            _attend_strips(q_g, k_g, v_g, blocked_g, glob)  # (<=group, bq, Ev)
-            for q_g, k_g, v_g, blocked_g in zip(
-                q_head.split(group),
-                k_head.split(group),
-                v_head.split(group),
-                blocked_groups,
-                strict=True,
-            )
-        ]
-        heads.append(torch.cat(parts) if len(parts) > 1 else parts[0])  # (nb, bq, Ev)
-    out = torch.stack(heads)  # (B*H, nb, bq, Ev)
-    out = out.view(b, h, n_blocks * bq, -1)[:, :, :lq]  # (B, H, Lq, Ev)
+        glob = (k.index_select(2, g_pos), v.index_select(2, g_pos))  # (B, H, G, E), (.., Ev)
+    out = _attend_bands(q, k, v, blocked, right, scale, glob)  # (B, H, Lq, Ev)
 
     if g_pos is not None and g_pos.numel():
         # Global queries see every key: G dense rows, O(G · Lk).

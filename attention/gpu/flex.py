@@ -17,7 +17,7 @@ Paths (``path=``):
   for checking the mask functions, not for speed.
 * ``"sdpa"``: the dense fallback: the bool mask from ``attention.masks`` and torch's SDPA
   (``attention.dispatch.torch_sdpa``).
-* ``"auto"``: ``"flex"`` on CUDA when FlexAttention is available, else ``"sdpa"``.
+* ``"auto"``: ``"flex"`` on CUDA, else ``"sdpa"``.
 
 Every function can return which path ran (``return_path=True``). Queries with no allowed key
 get zeros on every path.
@@ -26,38 +26,32 @@ get zeros on every path.
 from __future__ import annotations
 
 import functools
-import math
 
 import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from .._checks import check_choice, check_positive_int, check_qkv, check_tensor
+from .._checks import (
+    check_block_layout,
+    check_choice,
+    check_positive_int,
+    check_qkv,
+    check_scale,
+    resolve_scale,
+)
 from ..dispatch import torch_sdpa
 from ..masks import block_layout_to_mask, sliding_window_mask
 
 Tensor = torch.Tensor
 
-try:  # FlexAttention appeared in torch 2.5
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-    FLEX_AVAILABLE = True
-except ImportError:  # pragma: no cover - torch < 2.5
-    create_block_mask = flex_attention = None
-    FLEX_AVAILABLE = False
-
 FLEX_PATHS = ("auto", "flex", "flex_eager", "sdpa")
 
 
 def choose_flex_path(device: torch.device | str, path: str = "auto") -> str:
-    """Resolve ``path`` for tensors on ``device``; raises ``RuntimeError`` if a flex path is
-    asked for and FlexAttention is missing."""
+    """Resolve ``path`` for tensors on ``device`` (``"auto"``: ``"flex"`` on CUDA, else
+    ``"sdpa"``)."""
     check_choice("path", path, FLEX_PATHS)
     if path == "auto":
-        return "flex" if FLEX_AVAILABLE and torch.device(device).type == "cuda" else "sdpa"
-    if path != "sdpa" and not FLEX_AVAILABLE:
-        raise RuntimeError(
-            f"path {path!r} needs torch.nn.attention.flex_attention (torch >= 2.5), which did "
-            f"not import; use path='sdpa'"
-        )
+        return "flex" if torch.device(device).type == "cuda" else "sdpa"
     return path
 
 
@@ -153,43 +147,25 @@ def flex_sliding_window(
         ``(B, H, Lq, Ev)`` (and the path). A query whose window holds no key gets zeros.
     """
     check_qkv(query, key, value)
+    check_scale(scale)
     mask_mod = sliding_window_mask_mod(left, right)  # validates left/right
     path = choose_flex_path(query.device, path)
     lq, lk = query.shape[-2], key.shape[-2]
     if path == "sdpa":
         allowed = sliding_window_mask(lq, lk, left=left, right=right, device=query.device)
         return _finish(torch_sdpa(query, key, value, allowed, scale=scale), path, return_path)
-    out = _run_flex(query, key, value, mask_mod, None, None, _scale(query, scale), path)
+    scale = resolve_scale(scale, query.shape[-1])
+    out = _run_flex(query, key, value, mask_mod, None, None, scale, path)
     return _finish(out, path, return_path)
-
-
-def _scale(query: Tensor, scale: float | None) -> float:
-    return 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
 
 
 def _layout_4d(layout: object, block_size: int, query: Tensor, key: Tensor) -> Tensor:
     """Check a block layout against the inputs; return it as ``(Bl, Hl, nqb, nkb)``."""
-    check_tensor("layout", layout)
-    if layout.dtype != torch.bool:
-        raise TypeError(
-            f"layout must be a bool tensor (True = block may attend), got {layout.dtype}"
-        )
     b, h, lq, _ = query.shape
     lk = key.shape[-2]
-    want = (b, h, -(-lq // block_size), -(-lk // block_size))
-    if not 2 <= layout.dim() <= 4:
-        raise ValueError(
-            f"layout must have 2 to 4 dims broadcastable to {want} [batch, heads, q_blocks, "
-            f"k_blocks], got shape {tuple(layout.shape)}"
-        )
+    target = (b, h, -(-lq // block_size), -(-lk // block_size))
+    layout = check_block_layout(layout, target, block_size)
     padded = (1,) * (4 - layout.dim()) + tuple(layout.shape)
-    for i, (got, exp) in enumerate(zip(padded, want, strict=True)):
-        if got != exp and not (i < 2 and got == 1):
-            raise ValueError(
-                f"layout of shape {tuple(layout.shape)} does not fit {want} [batch, heads, "
-                f"q_blocks = ceil(Lq / block_size), k_blocks = ceil(Lk / block_size)] for "
-                f"block_size={block_size}"
-            )
     return layout.reshape(padded).to(query.device)
 
 
@@ -198,8 +174,8 @@ def flex_block_sparse(
     key: Tensor,
     value: Tensor,
     layout: Tensor,
-    block_size: int,
     *,
+    block_size: int,
     scale: float | None = None,
     path: str = "auto",
     return_path: bool = False,
@@ -223,6 +199,7 @@ def flex_block_sparse(
         ``(B, H, Lq, Ev)`` (and the path). Queries whose layout row is empty get zeros.
     """
     check_qkv(query, key, value)
+    check_scale(scale)
     block_size = check_positive_int("block_size", block_size)
     layout4 = _layout_4d(layout, block_size, query, key)  # (Bl, Hl, nqb, nkb)
     path = choose_flex_path(query.device, path)
@@ -241,7 +218,7 @@ def flex_block_sparse(
         mask_mod,
         bl if bl > 1 else None,
         hl if hl > 1 else None,
-        _scale(query, scale),
+        resolve_scale(scale, query.shape[-1]),
         path,
     )
     return _finish(out, path, return_path)

@@ -34,13 +34,12 @@ kernels run on CPU tensors in Triton's interpreter (slowly; for tests).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from .._checks import check_qkv
+from .._checks import check_bool, check_qkv, resolve_scale
 
 Tensor = torch.Tensor
 
@@ -83,6 +82,20 @@ class FlashConfigs:
     forward: KernelConfig
     dkdv: KernelConfig
     dq: KernelConfig
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` unless every tile is >= 16 and each kernel's looping tile
+        divides its fixed one."""
+        for name, cfg, outer, inner in (
+            ("forward", self.forward, self.forward.block_m, self.forward.block_n),
+            ("dq", self.dq, self.dq.block_m, self.dq.block_n),
+            ("dkdv", self.dkdv, self.dkdv.block_n, self.dkdv.block_m),
+        ):
+            if min(cfg.block_m, cfg.block_n) < 16 or outer % inner:
+                raise ValueError(
+                    f"{name} config {cfg} is invalid: tiles must be >= 16 and the looping tile "
+                    f"must divide the fixed one"
+                )
 
 
 # Hopper-sized tiles. Registers decide most of it: the dK/dV kernel holds two (block_n, d)
@@ -130,19 +143,6 @@ def choose_configs(head_dim: int, dtype: torch.dtype) -> FlashConfigs:
     if dtype == torch.float32:
         return _CONFIGS_FP32
     return _CONFIGS_16BIT_D128 if _block_d(head_dim) > 64 else _CONFIGS_16BIT_D64
-
-
-def _check_configs(configs: FlashConfigs) -> None:
-    for name, cfg, outer, inner in (
-        ("forward", configs.forward, configs.forward.block_m, configs.forward.block_n),
-        ("dq", configs.dq, configs.dq.block_m, configs.dq.block_n),
-        ("dkdv", configs.dkdv, configs.dkdv.block_n, configs.dkdv.block_m),
-    ):
-        if min(cfg.block_m, cfg.block_n) < 16 or outer % inner:
-            raise ValueError(
-                f"{name} config {cfg} is invalid: tiles must be >= 16 and the looping tile must "
-                f"divide the fixed one"
-            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -722,7 +722,7 @@ def _with_retry(launch, configs: FlashConfigs):
         return launch(_CONFIGS_SMALL)
 
 
-def _flash_forward(
+def _launch_forward(
     q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, configs: FlashConfigs
 ) -> tuple[Tensor, Tensor]:
     """Launch the forward kernel. Returns the output ``(B, H, Lq, E)`` (contiguous) and the
@@ -753,7 +753,7 @@ def _flash_forward(
     return out, lse
 
 
-def _flash_backward(
+def _launch_backward(
     d_out: Tensor,
     q: Tensor,
     k: Tensor,
@@ -821,7 +821,7 @@ def _flash_backward(
 class _TritonFlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, configs):
-        out, lse = _flash_forward(q, k, v, causal, scale, configs)
+        out, lse = _launch_forward(q, k, v, causal, scale, configs)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.causal, ctx.scale, ctx.configs = causal, scale, configs
         return out
@@ -830,7 +830,7 @@ class _TritonFlashAttention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, d_out):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _flash_backward(d_out, q, k, v, out, lse, ctx.causal, ctx.scale, ctx.configs)
+        dq, dk, dv = _launch_backward(d_out, q, k, v, out, lse, ctx.causal, ctx.scale, ctx.configs)
         return dq, dk, dv, None, None, None
 
 
@@ -863,6 +863,7 @@ def triton_flash_attention(
             interpreter); :func:`triton_unavailable_reason` gives the same text.
     """
     check_qkv(query, key, value)
+    check_bool("causal", causal)
     if query.dtype not in SUPPORTED_DTYPES:
         raise TypeError(
             f"query must be float16, bfloat16 or float32 for the Triton kernel, got {query.dtype}"
@@ -883,23 +884,20 @@ def triton_flash_attention(
         )
     if b > 65535 or h > 65535:
         raise ValueError(f"batch and heads must be <= 65535 (grid limit), got {b} and {h}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(e)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise TypeError(f"scale must be a finite float or None, got {scale!r}")
+    scale = resolve_scale(scale, e)
     reason = triton_unavailable_reason(query.device, query.dtype)
     if reason is not None:
         raise RuntimeError(reason)
     configs = choose_configs(e, query.dtype) if configs is None else configs
-    _check_configs(configs)
+    configs.validate()
     q, k, v = (_last_dim_contiguous(t) for t in (query, key, value))
-    return _TritonFlashAttention.apply(q, k, v, bool(causal), float(scale), configs)
+    return _TritonFlashAttention.apply(q, k, v, causal, scale, configs)
 
 
 def attention_flops(
-    batch: int, heads: int, n_queries: int, n_keys: int, head_dim: int, *, causal: bool
+    batch: int, num_heads: int, n_queries: int, n_keys: int, head_dim: int, *, causal: bool
 ) -> float:
     """Forward FLOPs by the usual count: two matmuls of ``2·Lq·Lk·E`` each, per head, halved
     when causal. The backward pass is counted as 2.5x this (five matmuls instead of two)."""
-    flops = 4.0 * batch * heads * n_queries * n_keys * head_dim
+    flops = 4.0 * batch * num_heads * n_queries * n_keys * head_dim
     return flops / 2 if causal else flops

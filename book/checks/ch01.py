@@ -237,17 +237,17 @@ def _cross_variants(dec, enc, w_q, w_k, w_v) -> dict[str, Tensor]:
     """Outputs of the usual wrong cross-attentions, keyed by the hint that explains them."""
     d_k = w_q.shape[1]
 
-    def attend(q_src, kv_src, scale, dim=-1):
+    def cross(q_src, kv_src, scale, dim=-1):
         scores = (q_src @ w_q) @ (kv_src @ w_k).transpose(-2, -1) * scale  # (B, Lq, Lk)
         return torch.softmax(scores, dim=dim) @ (kv_src @ w_v)
 
     return {
         "it matches self-attention on the decoder: the keys and values must come from the "
-        "encoder (k = encoder_x @ w_k, v = encoder_x @ w_v)": attend(dec, dec, d_k**-0.5),
+        "encoder (k = encoder_x @ w_k, v = encoder_x @ w_v)": cross(dec, dec, d_k**-0.5),
         "it matches attention without the scale: divide the scores by sqrt(d_k), "
-        "d_k = w_q.shape[1]": attend(dec, enc, 1.0),
+        "d_k = w_q.shape[1]": cross(dec, enc, 1.0),
         "it matches a softmax over the decoder positions (dim=-2): each decoder position's "
-        "weights must sum to 1 over the encoder positions (softmax over the last dim)": attend(
+        "weights must sum to 1 over the encoder positions (softmax over the last dim)": cross(
             dec, enc, d_k**-0.5, dim=-2
         ),
     }

@@ -32,29 +32,31 @@ def _attention_variants(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) ->
     d_k = q.shape[-1]
     scores = q @ k.transpose(-2, -1)  # (B, H, Lq, Lk)
 
-    def attend(s: Tensor, allowed: Tensor | None, dim: int = -1) -> Tensor:
+    def softmax_attention(s: Tensor, allowed: Tensor | None, dim: int = -1) -> Tensor:
         if allowed is not None:
             s = s.masked_fill(~allowed, float("-inf"))
         return torch.softmax(s, dim=dim).nan_to_num(0.0) @ v
 
     variants = {
         "it matches attention without the scale: divide the scores by sqrt(d_k), "
-        "d_k = q.shape[-1]": attend(scores, mask),
-        "it matches scores divided by d_k: the scale is 1/sqrt(d_k), not 1/d_k": attend(
+        "d_k = q.shape[-1]": softmax_attention(scores, mask),
+        "it matches scores divided by d_k: the scale is 1/sqrt(d_k), not 1/d_k": softmax_attention(
             scores / d_k, mask
         ),
         "it matches a softmax over the queries (dim=-2): each query's weights must sum to 1 "
-        "over the keys, i.e. softmax(..., dim=-1)": attend(scores / math.sqrt(d_k), mask, dim=-2),
+        "over the keys, i.e. softmax(..., dim=-1)": softmax_attention(
+            scores / math.sqrt(d_k), mask, dim=-2
+        ),
     }
     if mask is not None:
         variants[
             "it matches attention with the mask inverted: in this book True means *may "
             "attend*; fill the scores where mask is False with -inf"
-        ] = attend(scores / math.sqrt(d_k), ~mask)
+        ] = softmax_attention(scores / math.sqrt(d_k), ~mask)
         variants[
             "it matches attention without the mask: set the scores where mask is False to "
             "-inf before the softmax"
-        ] = attend(scores / math.sqrt(d_k), None)
+        ] = softmax_attention(scores / math.sqrt(d_k), None)
     return variants
 
 

@@ -41,7 +41,7 @@ def _split(candidate):
         expect_shape(
             f"split_heads(x of shape {(b, l, d)}, {h})", got, (b, h, l, dh), "(B, H, L, D/H)"
         )
-        expected = split_heads(x, h)  # (B, H, L, Dh)
+        expected = split_heads(x, num_heads=h)  # (B, H, L, Dh)
         if _same(got, expected):
             continue
         if _same(got, x.reshape(b, h, l, dh)):
@@ -96,7 +96,7 @@ def _merge(candidate):
             "merge_heads(x)", got, expected, hint="merge_heads(split_heads(x, h)) must give x"
         )
     x = randn(2, 3, 12, seed=5)
-    expect_close("merge_heads(split_heads(x, 4))", candidate(split_heads(x, 4)), x)
+    expect_close("merge_heads(split_heads(x, 4))", candidate(split_heads(x, num_heads=4)), x)
 
 
 # --- 03.3 parameters of an attention layer -----------------------------------------------------
@@ -191,7 +191,7 @@ def _variant(x, w_q, w_k, w_v, w_o, h, *, scale=None, wrong_split=False, apply_w
     if wrong_split:
         q, k, v = ((x @ w).reshape(b, h, l, d // h) for w in (w_q, w_k, w_v))  # (B, H, L, Dh)
     else:
-        q, k, v = (split_heads(x @ w, h) for w in (w_q, w_k, w_v))  # (B, H, L, Dh)
+        q, k, v = (split_heads(x @ w, num_heads=h) for w in (w_q, w_k, w_v))  # (B, H, L, Dh)
     out = merge_heads(scaled_dot_product_attention(q, k, v, scale=scale))  # (B, L, D)
     return out @ w_o if apply_w_o else out
 

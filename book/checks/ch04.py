@@ -78,7 +78,7 @@ def _check_table(candidate) -> None:
             )
         expect_shape(call, got, (max_len, d_model), hint="(max_len, d_model)")
         base = 10000.0 if base is None else base
-        expected = sinusoidal_encoding(max_len, d_model, base, dtype=torch.float64)
+        expected = sinusoidal_encoding(max_len, d_model, base=base, dtype=torch.float64)
         if matches(got, expected):
             continue
         for hint, wrong in _table_variants(max_len, d_model, base).items():

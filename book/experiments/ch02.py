@@ -274,15 +274,15 @@ class RetrievalModel(nn.Module):
         return q, k, v
 
     def forward(
-        self, keys: Tensor, values: Tensor, query: Tensor, *, return_weights: bool = False
+        self, keys: Tensor, values: Tensor, query: Tensor, *, need_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """Logits ``(B, n_values)``; with ``return_weights`` also the weights ``(B, N)``."""
+        """Logits ``(B, n_values)``; with ``need_weights`` also the weights ``(B, N)``."""
         q, k, v = self.project(keys, values, query)
         out, weights = scaled_dot_product_attention(
-            q, k, v, scale=self.scale, return_weights=True
+            q, k, v, scale=self.scale, need_weights=True
         )  # (B, 1, 1, D), (B, 1, 1, N)
         logits = self.readout(out[:, 0, 0])  # (B, n_values)
-        if return_weights:
+        if need_weights:
             return logits, weights[:, 0, 0]
         return logits
 

@@ -204,9 +204,9 @@ def build_lookback_model(
     model = SequenceClassifier(
         vocab_size,
         vocab_size,  # the answer is a token: one class per token id
-        d_model,
-        num_heads,
-        num_layers,
+        d_model=d_model,
+        num_heads=num_heads,
+        num_layers=num_layers,
         d_ff=2 * d_model,
         max_len=max_len,
         positional=positional,

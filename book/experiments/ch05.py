@@ -10,7 +10,7 @@
   :mod:`book.measure.memory`), its matrix-multiply FLOPs (torch's ``FlopCounterMode``, with
   the in-place products added: :func:`book.measure.flops.matmul_flop_counter`) and its
   median time.
-- C19, :class:`WindowAttention`, :class:`BigBirdAttention`, :class:`LinearAttention`: the
+- C19, :class:`SlidingWindowAttnFn`, :class:`BigBirdAttnFn`, :class:`LinearAttnFn`: the
   efficient variants of :mod:`attention.efficient` wrapped as ``attn_fn`` for
   :class:`attention.blocks.SequenceClassifier`, each able to say which keys a query may see
   (:meth:`allowed`), so that a chapter can draw a variant's reach and test it against the
@@ -30,6 +30,7 @@ import torch
 from attention._checks import check_positive_int, check_rank, check_tensor
 from attention.blocks import SequenceClassifier
 from attention.efficient.block_sparse import bigbird_layout, block_sparse_attention
+from attention.efficient.linear import linear_attention
 from attention.efficient.sliding_window import sliding_window_attention
 from attention.masks import block_layout_to_mask, sliding_window_mask
 from book.measure.flops import matmul_flop_counter
@@ -235,7 +236,7 @@ def _no_mask(name: str, mask: Tensor | None, causal: bool) -> None:
         )
 
 
-class WindowAttention:
+class SlidingWindowAttnFn:
     """``attn_fn``: sliding-window attention, query ``i`` sees keys ``i - left .. i + right``,
     plus Longformer global tokens (``global_positions``; negative values count from the end,
     ``(-1,)`` makes the last token global). Wraps
@@ -258,7 +259,7 @@ class WindowAttention:
         return torch.tensor(sorted({p % seq_len for p in self.global_positions}))  # (G,)
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask=None, causal=False) -> Tensor:
-        _no_mask("WindowAttention", mask, causal)
+        _no_mask("SlidingWindowAttnFn", mask, causal)
         g = self._globals(q.shape[-2])
         return sliding_window_attention(q, k, v, left=self.left, right=self.right, global_tokens=g)
 
@@ -274,10 +275,10 @@ class WindowAttention:
 
     def __repr__(self) -> str:
         extra = f", global_positions={self.global_positions}" if self.global_positions else ""
-        return f"WindowAttention(left={self.left}, right={self.right}{extra})"
+        return f"SlidingWindowAttnFn(left={self.left}, right={self.right}{extra})"
 
 
-class BigBirdAttention:
+class BigBirdAttnFn:
     """``attn_fn``: block-sparse attention on a BigBird layout (window, global and random
     blocks; :func:`attention.efficient.block_sparse.bigbird_layout`). The random blocks are
     drawn once per number of blocks from a generator seeded with ``seed``, so every call at a
@@ -308,9 +309,9 @@ class BigBirdAttention:
         return self._layouts[n_blocks]
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask=None, causal=False) -> Tensor:
-        _no_mask("BigBirdAttention", mask, causal)
+        _no_mask("BigBirdAttnFn", mask, causal)
         layout = self.layout(q.shape[-2]).to(q.device)
-        return block_sparse_attention(q, k, v, layout, self.block_size)
+        return block_sparse_attention(q, k, v, layout, block_size=self.block_size)
 
     def allowed(self, seq_len: int) -> Tensor:
         """The equivalent dense mask ``(L, L)``, bool, ``True`` = may attend."""
@@ -318,12 +319,12 @@ class BigBirdAttention:
 
     def __repr__(self) -> str:
         return (
-            f"BigBirdAttention(block_size={self.block_size}, window={self.window}, "
+            f"BigBirdAttnFn(block_size={self.block_size}, window={self.window}, "
             f"n_global={self.n_global}, n_random={self.n_random})"
         )
 
 
-class LinearAttention:
+class LinearAttnFn:
     """``attn_fn``: kernelised linear attention with ``φ(x) = elu(x) + 1``, non-causal
     (:func:`attention.efficient.linear.linear_attention`). Every query sees every key, but
     through a feature map instead of a softmax: the weights ``φ(q)·φ(k) / Σ_j φ(q)·φ(k_j)``
@@ -333,9 +334,7 @@ class LinearAttention:
         self.eps = float(eps)
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask=None, causal=False) -> Tensor:
-        from attention.efficient.linear import linear_attention
-
-        _no_mask("LinearAttention", mask, causal)
+        _no_mask("LinearAttnFn", mask, causal)
         return linear_attention(q, k, v, causal=False, eps=self.eps)
 
     def allowed(self, seq_len: int) -> Tensor:
@@ -343,7 +342,7 @@ class LinearAttention:
         return torch.ones(check_positive_int("seq_len", seq_len), seq_len, dtype=torch.bool)
 
     def __repr__(self) -> str:
-        return "LinearAttention()"
+        return "LinearAttnFn()"
 
 
 # ------------------------------------------------------------------------------------------

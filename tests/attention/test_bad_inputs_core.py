@@ -266,7 +266,7 @@ CASES = {
         r"x must have last dim head_dim=8, got shape \(1, 2, 4, 6\)",
     ),
     "rope_angles in float16": (
-        lambda: rope_angles(torch.arange(4), 8, dtype=torch.float16),
+        lambda: rope_angles(torch.arange(4), head_dim=8, dtype=torch.float16),
         ValueError,
         r"dtype must be one of \[torch.float32, torch.float64\], got torch.float16",
     ),
@@ -278,7 +278,7 @@ CASES = {
     "sinusoidal module with another d_model": (
         lambda: SinusoidalPositionalEncoding(8, max_len=16)(t(1, 4, 6)),
         ValueError,
-        r"x must have last dim d_model=8, got shape \(1, 4, 6\)",
+        r"x must have last dim d_model=8, expected shape \(B, L, 8\), got \(1, 4, 6\)",
     ),
     "sinusoidal odd d_model": (
         lambda: sinusoidal_encoding(10, 7),

@@ -23,7 +23,9 @@ def clf(**kw):
     torch.manual_seed(0)
     args = dict(positional="sinusoidal", pooling="mean")
     args.update(kw)
-    return SequenceClassifier(20, 3, D, H, 1, 32, 8, **args)
+    return SequenceClassifier(
+        20, 3, d_model=D, num_heads=H, num_layers=1, d_ff=32, max_len=8, **args
+    )
 
 
 def x_(*shape, dtype=torch.float32):
@@ -88,13 +90,15 @@ CASES = {
         r"pooling must be one of \['mean', 'cls', 'last'\], got 'max'",
     ),
     "rope with odd head dim": (
-        lambda: SequenceClassifier(20, 3, 12, 4, 1, 32, 8, positional="rope"),
+        lambda: SequenceClassifier(
+            20, 3, d_model=12, num_heads=4, num_layers=1, d_ff=32, max_len=8, positional="rope"
+        ),
         ValueError,
         r"positional='rope' needs an even head dim d_model // num_heads, got 12 // 4 = 3",
     ),
     # --- split / merge ---
     "split: width not divisible": (
-        lambda: split_heads(x_(B, L, 10), 4),
+        lambda: split_heads(x_(B, L, 10), num_heads=4),
         ValueError,
         r"d_model \(last dim of x\) \(10\) must be divisible by num_heads \(4\)",
     ),

@@ -42,7 +42,7 @@ def _random_layout(c):
 def test_matches_dense_block_mask(c):
     q, k, v = random_qkv(c["b"], c["h"], c["lq"], c["lk"], c["e"], c["ev"], seed=c["seed"])
     layout = _random_layout(c)  # empty rows included: density can be 0
-    out = block_sparse_attention(q, k, v, layout, c["block_size"])
+    out = block_sparse_attention(q, k, v, layout, block_size=c["block_size"])
     mask = block_layout_to_mask(layout, c["block_size"], c["lq"], c["lk"])  # (.., Lq, Lk)
     torch.testing.assert_close(out, scaled_dot_product_attention(q, k, v, mask))
     torch.testing.assert_close(out, naive_attention_float64(q, k, v, mask))
@@ -54,7 +54,7 @@ def test_matches_dense_block_mask(c):
 def test_gradients_match_dense(c):
     q, k, v = random_qkv(c["b"], c["h"], c["lq"], c["lk"], c["e"], c["ev"], requires_grad=True)
     layout = _random_layout(c)
-    out = block_sparse_attention(q, k, v, layout, c["block_size"])
+    out = block_sparse_attention(q, k, v, layout, block_size=c["block_size"])
     mask = block_layout_to_mask(layout, c["block_size"], c["lq"], c["lk"])
     ref = scaled_dot_product_attention(q, k, v, mask)
     for got, want in zip(input_grads(out, (q, k, v)), input_grads(ref, (q, k, v)), strict=True):
@@ -67,7 +67,7 @@ def test_partial_last_key_block_gets_no_weight():
     # attends only key block 2, so its weights must spread over exactly keys 8 and 9.
     q, k, v = random_qkv(1, 1, 4, 10, 3, 2)
     layout = torch.tensor([[False, False, True]])
-    out = block_sparse_attention(q, k, v, layout, 4)
+    out = block_sparse_attention(q, k, v, layout, block_size=4)
     ref = scaled_dot_product_attention(q, k[:, :, 8:], v[:, :, 8:])
     torch.testing.assert_close(out, ref)
 
@@ -75,14 +75,14 @@ def test_partial_last_key_block_gets_no_weight():
 def test_all_true_layout_is_dense_attention():
     q, k, v = random_qkv(2, 2, 13, 13, 8, 8, dtype=torch.float32)
     layout = torch.ones(4, 4, dtype=torch.bool)
-    out = block_sparse_attention(q, k, v, layout, 4)
+    out = block_sparse_attention(q, k, v, layout, block_size=4)
     torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(q, k, v))
 
 
 def test_empty_row_gives_zeros_and_finite_gradients():
     q, k, v = random_qkv(1, 2, 8, 8, 4, 3, requires_grad=True)
     layout = torch.tensor([[True, False], [False, False]])
-    out = block_sparse_attention(q, k, v, layout, 4)
+    out = block_sparse_attention(q, k, v, layout, block_size=4)
     assert torch.equal(out[:, :, 4:], torch.zeros_like(out[:, :, 4:]))
     assert all(torch.isfinite(g).all() for g in input_grads(out, (q, k, v)))
 
@@ -91,8 +91,8 @@ def test_empty_row_gives_zeros_and_finite_gradients():
 def test_half_precision_close_to_float32(dtype):
     q, k, v = random_qkv(2, 2, 30, 30, 16, 16, dtype=torch.float32)
     layout = bigbird_layout(4, window=0, n_random=1)
-    ref = block_sparse_attention(q, k, v, layout, 8)
-    out = block_sparse_attention(q.to(dtype), k.to(dtype), v.to(dtype), layout, 8)
+    ref = block_sparse_attention(q, k, v, layout, block_size=8)
+    out = block_sparse_attention(q.to(dtype), k.to(dtype), v.to(dtype), layout, block_size=8)
     assert out.dtype == dtype
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
 
@@ -104,7 +104,7 @@ def test_cost_is_proportional_to_active_blocks():
     layout = bigbird_layout(n // bs, window=1, n_global=1, n_random=2)
     active, rows = int(layout.sum()), int(layout.any(-1).sum())
     with AllocationProbe() as probe:
-        block_sparse_attention(q, k, v, layout, bs)
+        block_sparse_attention(q, k, v, layout, block_size=bs)
     # The products computed are exactly the active score blocks plus one output block per row.
     assert sum(probe.bmm_numels) == b * h * (active * bs * bs + rows * bs * ev)
     assert probe.largest <= 16 * b * h * active * bs * bs
@@ -157,7 +157,7 @@ def test_bigbird_layout_is_seeded_and_saturates():
 def test_bad_arguments_raise_clear_errors(layout, block_size, error, match):
     q, k, v = random_qkv(1, 2, 10, 10, 4, 4)  # 10 positions in blocks of 4: a 3 × 3 layout
     with pytest.raises(error, match=match):
-        block_sparse_attention(q, k, v, layout, block_size)
+        block_sparse_attention(q, k, v, layout, block_size=block_size)
 
 
 @pytest.mark.parametrize(
@@ -179,7 +179,7 @@ def test_bigbird_layout_bad_arguments(kwargs, match):
 def test_empty_sequences_behave_like_torch(lq, lk):
     q, k, v = random_qkv(1, 2, lq, lk, 4, 3)
     layout = torch.ones(-(-lq // 2), -(-lk // 2), dtype=torch.bool)
-    out = block_sparse_attention(q, k, v, layout, 2)
+    out = block_sparse_attention(q, k, v, layout, block_size=2)
     torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(q, k, v))
 
 
@@ -197,7 +197,7 @@ def test_training_saves_gathered_inputs_not_weights():
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = block_sparse_attention(q, k, v, layout, bs)
+        out = block_sparse_attention(q, k, v, layout, block_size=bs)
     floats = sum(nbytes for dtype, nbytes in storages.values() if dtype != torch.bool)
     active = int(layout.sum())
     gathered = 2 * active * bs * e  # key and value blocks, one copy per active block

@@ -179,9 +179,8 @@ def test_decoder_block_without_causal_mask_leaks_the_future():
 
 def _classifier(positional, pooling, seed=0, **kw):
     torch.manual_seed(seed)
-    return SequenceClassifier(
-        20, 3, 16, 2, 2, 32, 16, positional=positional, pooling=pooling, **kw
-    ).eval()
+    sizes = dict(d_model=16, num_heads=2, num_layers=2, d_ff=32, max_len=16)
+    return SequenceClassifier(20, 3, **sizes, positional=positional, pooling=pooling, **kw).eval()
 
 
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rope", "none"])
@@ -244,7 +243,9 @@ def test_classifier_with_positions_is_not_order_blind():
 def test_classifier_learns_a_toy_task_in_a_few_steps():
     # Label: is token 1 present? Mean pooling with no positions can represent it exactly.
     torch.manual_seed(0)
-    model = SequenceClassifier(6, 2, 16, 2, 1, 32, 8, positional="none").train()
+    model = SequenceClassifier(
+        6, 2, d_model=16, num_heads=2, num_layers=1, d_ff=32, max_len=8, positional="none"
+    ).train()
     opt = torch.optim.Adam(model.parameters(), lr=2e-2)
     tokens = torch.randint(2, 6, (32, 8))  # (N, L)
     tokens[:16, 3] = 1

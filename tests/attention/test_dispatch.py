@@ -8,14 +8,11 @@ choice of "auto".
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attention import dispatch
 from attention.dispatch import (
     BACKENDS,
     attend,
@@ -28,8 +25,6 @@ from attention.functional import scaled_dot_product_attention
 from attention.gpu import triton_flash
 from attention.masks import causal_mask, padding_mask, to_additive
 from tests.reference import naive_attention_float64
-
-HAS_FLASH = importlib.util.find_spec("attention.efficient.flash") is not None
 
 
 def _qkv(b=2, h=2, lq=9, lk=9, e=8, ev=None, seed=0, dtype=torch.float64):
@@ -100,7 +95,6 @@ def test_half_precision_float_bias_is_accepted():
     torch.testing.assert_close(attend(q, k, v, bias, backend="torch"), attend(q, k, v))
 
 
-@pytest.mark.skipif(not HAS_FLASH, reason="attention.efficient.flash is not written yet")
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_backend_matches_reference(causal):
     q, k, v = _qkv(lq=70, lk=70, e=16)
@@ -143,7 +137,7 @@ def test_reference_and_torch_are_always_available():
     names = available_backends("cpu")
     assert names[:2] == ["reference", "torch"]
     assert set(names) <= set(BACKENDS)
-    assert ("flash" in names) == HAS_FLASH
+    assert "flash" in names
 
 
 def test_auto_on_cpu_is_torch_and_equals_reference():
@@ -190,13 +184,3 @@ def test_auto_on_cuda_without_triton_is_torch(fake_cuda, monkeypatch):
     monkeypatch.setattr(triton_flash, "TRITON_AVAILABLE", False)
     assert pick_backend("cuda", torch.float16, 64) == "torch"
     assert "triton" not in available_backends("cuda")
-
-
-def test_missing_flash_module_is_reported(monkeypatch):
-    def fail():
-        raise ImportError("No module named 'attention.efficient.flash'")
-
-    monkeypatch.setattr(dispatch, "_flash_module", fail)
-    assert "not available" in backend_unavailable_reason("flash", "cpu")
-    with pytest.raises(RuntimeError, match="backend 'flash' cannot run"):
-        attend(*_qkv(), backend="flash")

@@ -9,8 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import attention.efficient.flash as flash_module
-from attention.efficient.flash import chunked_attention, flash_attention
+import attention.efficient._threads as threads_module
+from attention.efficient.chunked import chunked_attention
+from attention.efficient.flash import flash_attention
 from attention.functional import scaled_dot_product_attention
 from attention.masks import causal_mask
 from tests.attention.cost_probe import AllocationProbe
@@ -208,7 +209,7 @@ def test_threaded_path_equals_inline_path(monkeypatch):
     kw = dict(causal=True, block_q=8, block_k=16)
     out_inline = flash_attention(q, k, v, **kw)
     grads_inline = input_grads(out_inline, (q, k, v))
-    monkeypatch.setattr(flash_module, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(threads_module, "PARALLEL_MIN_WORK", 0)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -225,7 +226,7 @@ def test_threaded_path_equals_inline_path(monkeypatch):
 def test_dispatch_modes_see_every_op(monkeypatch):
     """Dispatch modes are per thread: under one (memory or FLOP counting) the loop stays in
     the calling thread, so that the mode sees all of it."""
-    monkeypatch.setattr(flash_module, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(threads_module, "PARALLEL_MIN_WORK", 0)
     q, k, v = random_qkv(1, 2, 32, 32, 4, 4, dtype=torch.float32)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
@@ -296,7 +297,7 @@ def test_chunked_threaded_path_equals_inline_path(monkeypatch):
     kw = dict(query_chunk=5, key_chunk=6, causal=True, causal_alignment="bottom_right")
     out_inline = chunked_attention(q, k, v, **kw)
     grads_inline = input_grads(out_inline, (q, k, v))
-    monkeypatch.setattr(flash_module, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(threads_module, "PARALLEL_MIN_WORK", 0)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

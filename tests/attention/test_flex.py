@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attention.functional import scaled_dot_product_attention
-from attention.gpu import flex
 from attention.gpu.flex import (
     block_sparse_mask_mod,
     choose_flex_path,
@@ -27,8 +26,6 @@ from attention.gpu.flex import (
 )
 from attention.masks import block_layout_to_mask, sliding_window_mask
 from tests.reference import naive_attention_float64
-
-needs_flex = pytest.mark.skipif(not flex.FLEX_AVAILABLE, reason="torch has no FlexAttention")
 
 
 def _qkv(b=2, h=2, lq=37, lk=37, e=8, seed=0, dtype=torch.float32):
@@ -45,7 +42,6 @@ def _dense(mask_mod, b, h, lq, lk):
 window = st.one_of(st.none(), st.integers(0, 12))
 
 
-@needs_flex
 @settings(max_examples=40, deadline=None)
 @given(lq=st.integers(1, 20), lk=st.integers(1, 20), left=window, right=window)
 def test_sliding_window_mask_mod_equals_masks_module(lq, lk, left, right):
@@ -53,7 +49,6 @@ def test_sliding_window_mask_mod_equals_masks_module(lq, lk, left, right):
     assert torch.equal(got, sliding_window_mask(lq, lk, left=left, right=right))
 
 
-@needs_flex
 @settings(max_examples=30, deadline=None)
 @given(
     lq=st.integers(1, 20),
@@ -99,13 +94,12 @@ def test_block_sparse_auto_path_on_cpu_matches_naive_float64(lq, lk, block, shap
     lead = {"2d": (), "heads": (h,), "batch_heads": (b, h)}[shape]
     g = torch.Generator().manual_seed(seed)
     layout = torch.rand(*lead, -(-lq // block), -(-lk // block), generator=g) < 0.5
-    out, path = flex_block_sparse(q, k, v, layout, block, return_path=True)
+    out, path = flex_block_sparse(q, k, v, layout, block_size=block, return_path=True)
     assert path == "sdpa"
     want = naive_attention_float64(q, k, v, block_layout_to_mask(layout, block, lq, lk))
     torch.testing.assert_close(out, want, rtol=1e-9, atol=1e-9)  # empty rows: zeros
 
 
-@needs_flex
 def test_flex_eager_path_matches_reference():
     """The mask_mods through flex_attention itself (its unfused implementation)."""
     q, k, v = _qkv(lq=37, lk=37)
@@ -122,7 +116,7 @@ def test_flex_eager_path_matches_reference():
 
         layout = torch.rand(2, 1, 5, 5, generator=torch.Generator().manual_seed(3)) < 0.5
         layout[0, 0, 2] = False  # a query block that sees nothing: zeros, not NaN
-        out = flex_block_sparse(q, k, v, layout, 8, path="flex_eager")
+        out = flex_block_sparse(q, k, v, layout, block_size=8, path="flex_eager")
         want = scaled_dot_product_attention(q, k, v, block_layout_to_mask(layout, 8, 37, 37))
         torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
         assert torch.all(out[0, :, 16:24] == 0)
@@ -141,15 +135,8 @@ def test_sdpa_path_gradients_match_reference():
 
 def test_auto_path_is_flex_on_cuda_only():
     assert choose_flex_path("cpu") == "sdpa"
-    assert choose_flex_path("cuda") == ("flex" if flex.FLEX_AVAILABLE else "sdpa")
+    assert choose_flex_path("cuda") == "flex"
     assert choose_flex_path("cpu", "flex_eager") == "flex_eager"
-
-
-def test_flex_paths_refused_without_flex(monkeypatch):
-    monkeypatch.setattr(flex, "FLEX_AVAILABLE", False)
-    assert choose_flex_path("cuda") == "sdpa"
-    with pytest.raises(RuntimeError, match="path 'flex' needs"):
-        choose_flex_path("cuda", "flex")
 
 
 @pytest.mark.parametrize(
@@ -163,22 +150,28 @@ def test_flex_paths_refused_without_flex(monkeypatch):
             "path must be one of",
         ),
         (
-            lambda q, k, v: flex_block_sparse(q, k, v, torch.ones(4, 4, dtype=torch.bool), 8),
+            lambda q, k, v: flex_block_sparse(
+                q, k, v, torch.ones(4, 4, dtype=torch.bool), block_size=8
+            ),
             ValueError,
             "does not fit",
         ),
         (
-            lambda q, k, v: flex_block_sparse(q, k, v, torch.ones(5, 5), 8),
+            lambda q, k, v: flex_block_sparse(q, k, v, torch.ones(5, 5), block_size=8),
             TypeError,
             "layout must be a bool tensor",
         ),
         (
-            lambda q, k, v: flex_block_sparse(q, k, v, torch.ones(3, 1, 5, 5, dtype=torch.bool), 8),
+            lambda q, k, v: flex_block_sparse(
+                q, k, v, torch.ones(3, 1, 5, 5, dtype=torch.bool), block_size=8
+            ),
             ValueError,
             "does not fit",
         ),
         (
-            lambda q, k, v: flex_block_sparse(q, k, v, torch.ones(5, 5, dtype=torch.bool), 0),
+            lambda q, k, v: flex_block_sparse(
+                q, k, v, torch.ones(5, 5, dtype=torch.bool), block_size=0
+            ),
             ValueError,
             "block_size",
         ),

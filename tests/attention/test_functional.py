@@ -145,7 +145,7 @@ def test_fully_masked_rows_are_zero_with_finite_gradients(kind):
     keep = torch.ones(4, 4, dtype=torch.bool)
     keep[1] = False  # query 1 may attend nothing
     mask = keep if kind == "bool" else torch.zeros(4, 4, dtype=f64).masked_fill(~keep, -math.inf)
-    out, weights = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+    out, weights = scaled_dot_product_attention(q, k, v, mask, need_weights=True)
     assert torch.equal(out[:, :, 1], torch.zeros_like(out[:, :, 1]))
     assert torch.equal(weights[:, :, 1], torch.zeros_like(weights[:, :, 1]))
     out.sum().backward()
@@ -168,7 +168,7 @@ def test_safe_softmax_matches_torch_softmax_on_rows_with_a_finite_entry():
 
 @FAST
 @given(case=attention_case())
-def test_return_weights_rows_sum_to_one_or_zero(case):
+def test_need_weights_rows_sum_to_one_or_zero(case):
     q, k, v, mask, causal, alignment, scale = case
     out, w = scaled_dot_product_attention(
         q,
@@ -179,7 +179,7 @@ def test_return_weights_rows_sum_to_one_or_zero(case):
         causal_alignment=alignment,
         scale=scale,
         enable_gqa=True,
-        return_weights=True,
+        need_weights=True,
     )
     assert w.shape == (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     sums = w.sum(-1)
@@ -194,7 +194,7 @@ def test_return_weights_rows_sum_to_one_or_zero(case):
 def test_half_precision_returns_input_dtype_and_matches_fp32(dtype):
     q, k, v = (_randn(2, 2, 8, 16, seed=s, dtype=torch.float32).to(dtype) for s in range(3))
     mask = torch.rand(8, 8, generator=torch.Generator().manual_seed(0)) < 0.7
-    out, w = scaled_dot_product_attention(q, k, v, mask, causal=True, return_weights=True)
+    out, w = scaled_dot_product_attention(q, k, v, mask, causal=True, need_weights=True)
     assert out.dtype == dtype and w.dtype == dtype
     # Computed in float32 from the same (rounded) inputs, then cast once.
     ref = scaled_dot_product_attention(q.float(), k.float(), v.float(), mask, causal=True)
@@ -230,7 +230,7 @@ def test_dropout_in_training_is_seeded_and_drops_weights():
     def run(seed):
         g = torch.Generator().manual_seed(seed)
         return scaled_dot_product_attention(
-            q, k, v, dropout_p=0.5, training=True, generator=g, return_weights=True
+            q, k, v, dropout_p=0.5, training=True, generator=g, need_weights=True
         )
 
     (a, wa), (b, _), (c, _) = run(0), run(0), run(1)
@@ -238,7 +238,7 @@ def test_dropout_in_training_is_seeded_and_drops_weights():
     assert not torch.allclose(a, c)  # different seed, different dropout
     assert not torch.allclose(a, scaled_dot_product_attention(q, k, v))
     # The returned weights are the ones before dropout.
-    torch.testing.assert_close(wa, scaled_dot_product_attention(q, k, v, return_weights=True)[1])
+    torch.testing.assert_close(wa, scaled_dot_product_attention(q, k, v, need_weights=True)[1])
 
 
 def test_dropout_keeps_the_expectation():

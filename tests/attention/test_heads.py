@@ -42,7 +42,7 @@ def close(a, b, dtype=torch.float32):
 def test_split_merge_round_trip_and_contiguous_head_slices(b, l, h, dh):
     g = torch.Generator().manual_seed(b * 100 + l * 10 + h)
     x = torch.randn(b, l, h * dh, generator=g)  # (B, L, D)
-    heads = split_heads(x, h)  # (B, H, L, Dh)
+    heads = split_heads(x, num_heads=h)  # (B, H, L, Dh)
     assert heads.shape == (b, h, l, dh)
     assert torch.equal(merge_heads(heads), x)
     for i in range(h):  # head i is the i-th contiguous slice of every token's features
@@ -52,7 +52,7 @@ def test_split_merge_round_trip_and_contiguous_head_slices(b, l, h, dh):
 def test_wrong_transpose_order_mixes_tokens_across_heads():
     x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(0))  # (B, L, D)
     wrong = x.view(2, 3, 5, 4)  # (B, H, L, Dh) without the transpose: the bug of ch. 8
-    assert not torch.equal(wrong, split_heads(x, 3))
+    assert not torch.equal(wrong, split_heads(x, num_heads=3))
     # The wrong split followed by the *right* merge does not give x back.
     assert not torch.equal(merge_heads(wrong), x)
 
@@ -119,7 +119,7 @@ def test_mha_matches_torch(dtype, cross, padded, direction):
         mask = None if kpm is None else from_key_padding_mask(kpm)  # (B, 1, 1, Lk)
         context = ctx if cross else None
         out = mine(x, context, mask=mask)
-        out_avg, w_avg = mine(x, context, mask=mask, need_weights=True, average_weights=True)
+        out_avg, w_avg = mine(x, context, mask=mask, need_weights=True, average_attn_weights=True)
         out_heads, w_heads = mine(x, context, mask=mask, need_weights=True)
     assert out.shape == (b, lq, d) and out.dtype == dtype
     assert w_avg.shape == (b, lq, lk) and w_heads.shape == (b, h, lq, lk)

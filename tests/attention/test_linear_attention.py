@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import attention.efficient.flash as flash_module
+import attention.efficient._threads as threads_module
 from attention.efficient.linear import (
     LinearAttentionState,
     elu_feature_map,
@@ -167,7 +167,7 @@ def test_threaded_path_equals_inline_path(monkeypatch, causal):
     kw = dict(causal=causal, chunk_size=4, return_state=True)
     out_inline, state_inline = linear_attention(q, k, v, **kw)
     grads_inline = input_grads(out_inline, (q, k, v))
-    monkeypatch.setattr(flash_module, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(threads_module, "PARALLEL_MIN_WORK", 0)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

@@ -166,7 +166,7 @@ def _mha_by_hand(mha: torch.nn.MultiheadAttention, x: torch.Tensor, mask):
     h = mha.num_heads
     q, k, v = torch.nn.functional.linear(x, mha.in_proj_weight, mha.in_proj_bias).chunk(3, -1)
     q, k, v = (t.reshape(b, seq, h, d // h).transpose(1, 2) for t in (q, k, v))  # (B, H, L, E)
-    out, w = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+    out, w = scaled_dot_product_attention(q, k, v, mask, need_weights=True)
     out = mha.out_proj(out.transpose(1, 2).reshape(b, seq, d))  # (B, L, D)
     return out, w
 

@@ -38,7 +38,7 @@ def _gen(seed: int = 0) -> torch.Generator:
 
 def test_sinusoidal_matches_the_formula_loop():
     max_len, d, base = 12, 10, 10000.0
-    pe = sinusoidal_encoding(max_len, d, base)
+    pe = sinusoidal_encoding(max_len, d, base=base)
     assert pe.shape == (max_len, d) and pe.dtype == torch.float32
     for pos in range(max_len):
         for i in range(d // 2):
@@ -63,7 +63,7 @@ def test_sinusoidal_shift_is_a_fixed_block_rotation(d_half, shift, base):
     """PE(p + k) = M_k PE(p) with the same M_k for every p: M_k is block-diagonal, one 2x2
     rotation by k * w_i per channel pair (sin, cos)."""
     d, max_len = 2 * d_half, 64
-    pe = sinusoidal_encoding(max_len + shift, d, base, dtype=torch.float64)
+    pe = sinusoidal_encoding(max_len + shift, d, base=base, dtype=torch.float64)
     m = torch.zeros(d, d, dtype=torch.float64)
     for i in range(d_half):
         a = shift / base ** (2 * i / d)
@@ -173,13 +173,13 @@ def test_rope_matches_complex_rotation(b, h, seq, half, offset, interleaved, bas
 
 def test_rope_angles_shape_dtype_and_values():
     pos = torch.tensor([0, 3, 7])
-    ang = rope_angles(pos, 6, base=100.0)
+    ang = rope_angles(pos, head_dim=6, base=100.0)
     assert ang.shape == (3, 3) and ang.dtype == torch.float32
     for r, p in enumerate(pos.tolist()):
         for i in range(3):
             assert ang[r, i].item() == pytest.approx(p * 100.0 ** (-2 * i / 6), rel=1e-6)
-    assert rope_angles(pos, 6, dtype=torch.float64).dtype == torch.float64
-    assert rope_angles(pos.view(1, 3).expand(2, 3), 6).shape == (2, 3, 3)
+    assert rope_angles(pos, head_dim=6, dtype=torch.float64).dtype == torch.float64
+    assert rope_angles(pos.view(1, 3).expand(2, 3), head_dim=6).shape == (2, 3, 3)
 
 
 @FAST

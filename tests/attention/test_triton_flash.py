@@ -202,7 +202,7 @@ def test_configs_respect_tile_divisibility():
     for e in (16, 64, 128):
         for dtype in triton_flash.SUPPORTED_DTYPES:
             for cfgs in (choose_configs(e, dtype), triton_flash._CONFIGS_SMALL):
-                triton_flash._check_configs(cfgs)  # raises if invalid
+                cfgs.validate()  # raises if invalid
                 assert cfgs.forward.block_m % cfgs.forward.block_n == 0
                 assert cfgs.dkdv.block_n % cfgs.dkdv.block_m == 0
 
@@ -214,7 +214,7 @@ def test_bad_config_is_refused():
         dq=triton_flash.KernelConfig(32, 16),
     )
     with pytest.raises(ValueError, match="forward config"):
-        triton_flash._check_configs(bad)
+        bad.validate()
 
 
 def test_attention_flops_counts_two_matmuls_and_halves_causal():

@@ -35,13 +35,13 @@ def _sliding_globals(q, k, v):
 
 def _bigbird(q, k, v):
     n_blocks = -(-q.shape[-2] // BLOCK)
-    return block_sparse_attention(q, k, v, bigbird_layout(n_blocks), BLOCK)
+    return block_sparse_attention(q, k, v, bigbird_layout(n_blocks), block_size=BLOCK)
 
 
 def _bigbird_per_head(q, k, v):
     n_blocks = -(-q.shape[-2] // BLOCK)
     layouts = [bigbird_layout(n_blocks, generator=torch.Generator().manual_seed(h)) for h in (0, 1)]
-    return block_sparse_attention(q, k, v, torch.stack(layouts), BLOCK)
+    return block_sparse_attention(q, k, v, torch.stack(layouts), block_size=BLOCK)
 
 
 VARIANTS = {

@@ -69,7 +69,11 @@ def test_patch_embedding_equals_unfold_plus_linear():
 @pytest.mark.parametrize(
     ("make", "error", "match"),
     [
-        (lambda: PatchEmbedding(10, 4, 3, 8), ValueError, r"image_size \(10, 10\).*patch_size=4"),
+        (
+            lambda: PatchEmbedding(10, 4, 3, 8),
+            ValueError,
+            r"image_size \(10, 10\).*patch_size \(4\)",
+        ),
         (lambda: PatchEmbedding((8, 6), 4, 3, 8), ValueError, r"image_size \(8, 6\)"),
         (lambda: PatchEmbedding(8, 0, 3, 8), ValueError, r"patch_size must be >= 1"),
         (lambda: PatchEmbedding(8, 4, 3.0, 8), TypeError, r"in_channels must be an int"),
@@ -141,7 +145,7 @@ def test_window_partition_matches_loops_and_reverse_round_trips(shape):
     b, n_h, n_w, ws, c = shape
     h, w = n_h * ws, n_w * ws
     x = torch.randn(b, h, w, c)
-    windows = window_partition(x, ws)
+    windows = window_partition(x, window=ws)
     assert windows.shape == (b * n_h * n_w, ws * ws, c)
     for bi in range(b):
         for wr in range(n_h):
@@ -149,18 +153,18 @@ def test_window_partition_matches_loops_and_reverse_round_trips(shape):
                 idx = (bi * n_h + wr) * n_w + wc  # image-major, then row-major windows
                 block = x[bi, wr * ws : (wr + 1) * ws, wc * ws : (wc + 1) * ws]  # (ws, ws, C)
                 assert torch.equal(windows[idx], block.reshape(ws * ws, c))
-    assert torch.equal(window_reverse(windows, ws, h, w), x)
+    assert torch.equal(window_reverse(windows, window=ws, height=h, width=w), x)
 
 
 @settings(max_examples=30, deadline=None)
 @given(st.integers(1, 6), st.integers(1, 6), st.integers(-7, 7))
 def test_cyclic_shift_moves_pixels_up_left_and_back(h, w, shift):
     x = torch.randn(1, h, w, 2)
-    rolled = cyclic_shift(x, shift)
+    rolled = cyclic_shift(x, shift=shift)
     for r in range(h):
         for c in range(w):
             assert torch.equal(rolled[0, r, c], x[0, (r + shift) % h, (c + shift) % w])
-    assert torch.equal(cyclic_shift(rolled, -shift), x)
+    assert torch.equal(cyclic_shift(rolled, shift=-shift), x)
 
 
 @pytest.mark.parametrize(("h", "w", "ws", "shift"), [(8, 8, 4, 2), (6, 9, 3, 1), (4, 8, 4, 3)])
@@ -253,15 +257,15 @@ def _dense_swin_reference(block: SwinBlock, x: torch.Tensor) -> torch.Tensor:
 )
 def test_window_attention_equals_masked_global_attention(resolution, ws, shift, heads):
     torch.manual_seed(5)
-    block = SwinBlock(6, resolution, heads, ws, shift).double()
+    block = SwinBlock(6, resolution, heads, ws, shift=shift).double()
     x = torch.randn(2, resolution[0] * resolution[1], 6, dtype=torch.float64)
-    torch.testing.assert_close(block.attend(x), _dense_swin_reference(block, x))
+    torch.testing.assert_close(block.attend_windows(x), _dense_swin_reference(block, x))
 
 
 def _grad_across_border(shift: int) -> torch.Tensor:
     torch.manual_seed(6)
     ws, h, w = 4, 8, 8
-    block = SwinBlock(8, (h, w), 2, ws, shift).double()
+    block = SwinBlock(8, (h, w), 2, ws, shift=shift).double()
     x = torch.randn(1, h * w, 8, dtype=torch.float64, requires_grad=True)
     out = block(x)
     target = (ws - 1) * w + (ws - 1)  # bottom-right pixel of window 0
@@ -290,13 +294,19 @@ def test_window_attention_rejects_bad_inputs():
 @pytest.mark.parametrize(
     ("make", "match"),
     [
-        (lambda: SwinBlock(8, (6, 8), 2, 4), r"input_resolution \(6, 8\).*window=4"),
+        (lambda: SwinBlock(8, (6, 8), 2, 4), r"input_resolution \(6, 8\).*window \(4\)"),
         (lambda: SwinBlock(8, 8, 2, 4, shift=4), r"shift must be in \[0, window=4\)"),
         (lambda: shifted_window_mask(8, 8, 4, 5), r"shift must be in \[0, window=4\)"),
-        (lambda: window_partition(torch.randn(1, 6, 8, 2), 4), r"grid \(6, 8\).*window=4"),
-        (lambda: window_partition(torch.randn(6, 8, 2), 2), r"x must have 4 dimensions"),
-        (lambda: window_reverse(torch.randn(3, 4, 2), 2, 4, 4), r"windows must have shape"),
-        (lambda: PatchMerging((5, 4), 8), r"input_resolution \(5, 4\).*merge factor=2"),
+        (
+            lambda: window_partition(torch.randn(1, 6, 8, 2), window=4),
+            r"grid \(6, 8\).*window \(4\)",
+        ),
+        (lambda: window_partition(torch.randn(6, 8, 2), window=2), r"x must have 4 dimensions"),
+        (
+            lambda: window_reverse(torch.randn(3, 4, 2), window=2, height=4, width=4),
+            r"windows must have shape",
+        ),
+        (lambda: PatchMerging((5, 4), 8), r"input_resolution \(5, 4\).*merge factor \(2\)"),
     ],
 )
 def test_swin_bad_arguments(make, match):
@@ -305,8 +315,8 @@ def test_swin_bad_arguments(make, match):
 
 
 def test_swin_block_rejects_tokens_of_the_wrong_grid():
-    block = SwinBlock(8, (4, 4), 2, 2, 1)
-    with pytest.raises(ValueError, match=r"x must have shape \(B, 16, 8\) for a 4x4 grid"):
+    block = SwinBlock(8, (4, 4), 2, 2, shift=1)
+    with pytest.raises(ValueError, match=r"x must have shape \(B, 16, 8\) \[batch, height\*width"):
         block(torch.randn(1, 12, 8))
     with pytest.raises(ValueError, match=r"x must have 3 dimensions"):
         block(torch.randn(1, 4, 4, 8))
@@ -359,7 +369,7 @@ def test_attention_cost_grows_linearly_with_image_area(monkeypatch, shift):
     ws, heads, c = 4, 2, 8
     counts, flops = {}, {}
     for h, w in [(8, 8), (16, 16), (16, 32)]:
-        block = SwinBlock(c, (h, w), heads, ws, shift)
+        block = SwinBlock(c, (h, w), heads, ws, shift=shift)
         x = torch.randn(1, h * w, c)
         counts[h * w] = _count_scores(monkeypatch, block, x)
         assert counts[h * w] == window_attention_score_count(1, h, w, heads, ws)

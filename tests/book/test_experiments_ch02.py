@@ -181,7 +181,7 @@ def test_retrieval_model_equals_naive_attention(scaled):
     torch.manual_seed(0)
     model = RetrievalModel(10, 7, 8, 16, scaled=scaled).double()
     b = retrieval_batch(5, 4, 10, 7, generator=_gen())
-    logits, weights = model(b.keys, b.values, b.query, return_weights=True)
+    logits, weights = model(b.keys, b.values, b.query, need_weights=True)
     q, k, v = model.project(b.keys, b.values, b.query)
     # The naive reference always divides by sqrt(d_k); undo it for the unscaled model.
     q_ref = q if scaled else q * math.sqrt(16)

@@ -44,7 +44,7 @@ def test_wavelengths_describe_the_package_table(half, base):
     d_model = 2 * half
     lam = sinusoidal_wavelengths(d_model, base)  # (D/2,)
     assert lam.shape == (half,) and lam.dtype == torch.float64
-    pe = sinusoidal_encoding(50, d_model, base, dtype=torch.float64)  # (50, D)
+    pe = sinusoidal_encoding(50, d_model, base=base, dtype=torch.float64)  # (50, D)
     pos = torch.arange(50, dtype=torch.float64).unsqueeze(1)  # (50, 1)
     torch.testing.assert_close(pe[:, 0::2], torch.sin(2 * math.pi * pos / lam))
     torch.testing.assert_close(pe[:, 1::2], torch.cos(2 * math.pi * pos / lam))

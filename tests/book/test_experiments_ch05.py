@@ -17,9 +17,9 @@ from attention.efficient.flash import flash_attention
 from attention.functional import scaled_dot_product_attention
 from attention.masks import padding_mask
 from book.experiments.ch05 import (
-    BigBirdAttention,
-    LinearAttention,
-    WindowAttention,
+    BigBirdAttnFn,
+    LinearAttnFn,
+    SlidingWindowAttnFn,
     attention_maps,
     document_vocab_size,
     fit_power,
@@ -31,6 +31,7 @@ from book.experiments.ch05 import (
 from tests.reference import naive_attention_float64
 
 FAST = settings(max_examples=25, deadline=None)
+SMALL = dict(d_model=8, num_heads=2, num_layers=1, d_ff=16, max_len=24)  # a tiny classifier
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -117,7 +118,7 @@ def test_documents_reject_bad_arguments(kwargs, error, match):
 )
 def test_window_attention_matches_dense_with_its_mask(seq_len, left, right, globals_, seed):
     globals_ = [g for g in globals_ if -seq_len <= g < seq_len]
-    attn = WindowAttention(left, right, global_positions=globals_)
+    attn = SlidingWindowAttnFn(left, right, global_positions=globals_)
     q, k, v = make_qkv(seq_len, batch_size=2, num_heads=2, head_dim=4, seed=seed)
     allowed = attn.allowed(seq_len)  # (L, L)
     # Independent reference for the mask: the rule written out element by element.
@@ -138,7 +139,7 @@ def test_window_attention_matches_dense_with_its_mask(seq_len, left, right, glob
     seed=st.integers(0, 1000),
 )
 def test_bigbird_attention_matches_dense_with_its_mask(seq_len, block, n_random, seed):
-    attn = BigBirdAttention(block, window=1, n_global=1, n_random=n_random, seed=seed)
+    attn = BigBirdAttnFn(block, window=1, n_global=1, n_random=n_random, seed=seed)
     q, k, v = make_qkv(seq_len, batch_size=1, num_heads=2, head_dim=4, seed=seed)
     allowed = attn.allowed(seq_len)  # (L, L)
     layout = attn.layout(seq_len)
@@ -150,13 +151,13 @@ def test_bigbird_attention_matches_dense_with_its_mask(seq_len, block, n_random,
 
 
 def test_bigbird_layout_is_fixed_per_length():
-    attn = BigBirdAttention(4, n_random=2, seed=5)
-    assert torch.equal(attn.layout(40), BigBirdAttention(4, n_random=2, seed=5).layout(40))
+    attn = BigBirdAttnFn(4, n_random=2, seed=5)
+    assert torch.equal(attn.layout(40), BigBirdAttnFn(4, n_random=2, seed=5).layout(40))
     assert attn.layout(40) is attn.layout(37)  # same number of blocks: the same layout
 
 
 def test_linear_attention_matches_the_float64_formula():
-    attn = LinearAttention()
+    attn = LinearAttnFn()
     q, k, v = make_qkv(17, batch_size=2, num_heads=3, head_dim=5, seed=4)
     phi_q, phi_k = (F.elu(t.double()) + 1 for t in (q, k))  # (B, H, L, E)
     kernel = phi_q @ phi_k.transpose(-2, -1)  # (B, H, L, L)
@@ -166,7 +167,7 @@ def test_linear_attention_matches_the_float64_formula():
 
 
 @pytest.mark.parametrize(
-    "attn", [WindowAttention(2, 2), BigBirdAttention(4), LinearAttention()], ids=repr
+    "attn", [SlidingWindowAttnFn(2, 2), BigBirdAttnFn(4), LinearAttnFn()], ids=repr
 )
 def test_wrappers_accept_an_all_true_padding_mask_and_refuse_others(attn):
     q, k, v = make_qkv(8, batch_size=2, num_heads=1, head_dim=4)
@@ -182,21 +183,21 @@ def test_wrappers_accept_an_all_true_padding_mask_and_refuse_others(attn):
 
 def test_wrappers_reject_bad_arguments():
     with pytest.raises(ValueError, match="left"):
-        WindowAttention(-1, 2)
+        SlidingWindowAttnFn(-1, 2)
     with pytest.raises(TypeError, match="global_positions"):
-        WindowAttention(1, 1, global_positions=(0.5,))
+        SlidingWindowAttnFn(1, 1, global_positions=(0.5,))
     with pytest.raises(ValueError, match="outside"):
-        WindowAttention(1, 1, global_positions=(9,)).allowed(4)
+        SlidingWindowAttnFn(1, 1, global_positions=(9,)).allowed(4)
     with pytest.raises(ValueError, match="block_size"):
-        BigBirdAttention(0)
+        BigBirdAttnFn(0)
 
 
 def test_wrappers_train_inside_a_classifier():
     """Gradients reach every parameter through each kernel (the chapter trains with them)."""
     tokens = topic_documents(3, 24, generator=_gen(2)).tokens
-    for fn in (WindowAttention(3, 3, (-1,)), BigBirdAttention(4)):
+    for fn in (SlidingWindowAttnFn(3, 3, (-1,)), BigBirdAttnFn(4)):
         torch.manual_seed(0)
-        model = SequenceClassifier(36, 2, 8, 2, 1, 16, 24, positional="none", attn_fn=fn)
+        model = SequenceClassifier(36, 2, **SMALL, positional="none", attn_fn=fn)
         model(tokens).sum().backward()
         assert all(p.grad is not None for p in model.parameters())
 
@@ -227,7 +228,16 @@ def _manual_maps(model: SequenceClassifier, tokens: torch.Tensor) -> torch.Tenso
 def test_attention_maps_match_a_manual_forward_pass(pre_ln, positional):
     torch.manual_seed(0)
     model = SequenceClassifier(
-        36, 2, 16, 2, 2, 32, 30, positional=positional, pooling="last", pre_ln=pre_ln
+        36,
+        2,
+        d_model=16,
+        num_heads=2,
+        num_layers=2,
+        d_ff=32,
+        max_len=30,
+        positional=positional,
+        pooling="last",
+        pre_ln=pre_ln,
     )
     model.train()
     tokens = topic_documents(3, 30, generator=_gen(4)).tokens
@@ -239,11 +249,11 @@ def test_attention_maps_match_a_manual_forward_pass(pre_ln, positional):
 
 
 def test_attention_maps_refuse_efficient_kernels_and_bad_layers():
-    model = SequenceClassifier(36, 2, 8, 2, 1, 16, 24, attn_fn=WindowAttention(2, 2))
+    model = SequenceClassifier(36, 2, **SMALL, attn_fn=SlidingWindowAttnFn(2, 2))
     tokens = topic_documents(2, 24, generator=_gen(0)).tokens
     with pytest.raises(ValueError, match="attn_fn=None"):
         attention_maps(model, tokens)
-    model = SequenceClassifier(36, 2, 8, 2, 1, 16, 24)
+    model = SequenceClassifier(36, 2, **SMALL)
     with pytest.raises(ValueError, match="layer"):
         attention_maps(model, tokens, layer=1)
     with pytest.raises(TypeError, match="SequenceClassifier"):

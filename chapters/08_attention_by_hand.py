@@ -1,0 +1,739 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (attention-book)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 8 — Writing attention by hand
+#
+# In every other chapter the code serves an argument; in this one the code *is* the argument.
+# We write a single attention head as a PyTorch module, then a multi-head one, one line at a
+# time, and after each line we check the intermediate tensor against the package and against
+# PyTorch's own `nn.MultiheadAttention` given the same weights. Then we break it on purpose.
+# Multi-head attention has two lines that only rearrange memory — the `view`/`transpose`
+# that cuts the model width into heads, and the one that glues the heads back — and there are
+# several plausible ways to write each that give the right *shape* and the wrong *content*.
+# The article warns that such a slip runs without an error and quietly ruins the model (C28).
+# We take that apart: what each wrong order does to the data, how much each one costs a model
+# trained on a task that needs its heads, why a single head hides all of this, and which unit
+# tests see it. The article recommends three tests (shape, causal mask, non-zero gradients);
+# we run them on every broken module and count what they catch.
+
+# %% [markdown]
+# **Learning goals.** After this chapter you can
+#
+# - write single-head and multi-head self-attention from scratch, with the shape of every
+#   tensor, and prove them equal to a reference implementation;
+# - map your weights onto `nn.MultiheadAttention`'s (`in_proj_weight`, `in_proj_bias`,
+#   `out_proj`, `batch_first`, mask polarity) and back;
+# - recognise the common wrong `view`/`transpose` orders and say what each does to the data;
+# - explain why a head-layout bug is invisible with one head, and why some wrong orders are
+#   harmless while others wreck training;
+# - choose unit tests that catch a layout bug, and say why shape, mask and gradient tests do
+#   not.
+
+# %%
+import inspect
+import math
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.patches import Patch
+from torch import nn
+
+from attention.functional import scaled_dot_product_attention
+from attention.heads import MultiHeadAttention, SelfAttention, merge_heads, split_heads
+from attention.masks import causal_mask, from_torch_attn_mask
+from book.claims import claims_table, record_claim
+from book.diagrams.ch08 import merge_layouts, split_layouts, weight_layout
+from book.experiments.ch08 import (
+    ARTICLE_TESTS,
+    CORRECT,
+    FAILED,
+    LAYOUTS,
+    PASSED,
+    SILENT_WRONG,
+    TESTS,
+    WRONG,
+    HandMultiHeadAttention,
+    accuracy_spreads,
+    assert_c28_one_head,
+    assert_c28_ruins,
+    assert_test_catches,
+    assert_tests_catch_together,
+    assert_tests_miss,
+    interleaved_as_correct,
+    interleaved_twin_state,
+    make_attention,
+    one_head_equal,
+    outcome_table,
+    train_layout,
+)
+from book.experiments.seeds import SEEDS, spread
+from book.plotting import plot_bar_spread, set_style
+from book.progress import progress
+
+set_style()
+torch.manual_seed(0)
+torch.use_deterministic_algorithms(True)
+
+# %% [markdown]
+# ## 8.1 One head, from the formula
+#
+# Chapter 2 wrote attention as five steps: project the tokens to queries, keys and values,
+# score every query against every key, scale by $1/\sqrt{d_k}$, turn each row of scores into
+# probabilities with a softmax, and average the values with those probabilities. As a module
+# that is three `nn.Linear` layers and five lines. A mask, when there is one, is applied to
+# the scores before the softmax; we use the package's convention, `True` = may attend, and
+# fill forbidden scores with $-\infty$ so that they get exactly zero weight.
+#
+# The running example of this chapter is small and lopsided on purpose, so that no two axes
+# have the same length and a shape printout cannot be ambiguous: a batch of $B = 2$
+# sequences of $L = 6$ tokens, model width $D = 12$, later $H = 3$ heads of $d_k = 4$.
+
+# %%
+B, L, D, H = 2, 6, 12, 3
+DH = D // H  # the head width d_k
+x = torch.randn(B, L, D, generator=torch.Generator().manual_seed(0))  # (B, L, D)
+
+
+class OneHead(nn.Module):
+    """Single-head self-attention: x (B, L, D) -> (B, L, d_k), and the weights (B, L, L)."""
+
+    def __init__(self, d_model: int, d_k: int) -> None:
+        super().__init__()
+        self.w_q = nn.Linear(d_model, d_k, bias=False)
+        self.w_k = nn.Linear(d_model, d_k, bias=False)
+        self.w_v = nn.Linear(d_model, d_k, bias=False)
+
+    def forward(self, x, mask=None):
+        q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)  # (B, L, d_k) each
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, L, L)
+        if mask is not None:  # bool, True = may attend
+            scores = scores.masked_fill(~mask, float("-inf"))  # (B, L, L)
+        weights = scores.softmax(dim=-1)  # (B, L, L): each row sums to 1
+        return weights @ v, weights  # (B, L, d_k), (B, L, L)
+
+
+torch.manual_seed(1)
+one_head = OneHead(D, DH)
+out_1, weights_1 = one_head(x)  # (B, L, d_k), (B, L, L)
+print("out", tuple(out_1.shape), "weights", tuple(weights_1.shape))
+
+# %% [markdown]
+# The package's `SelfAttention` is the same module (its weights have the same names, so one
+# loads the other's `state_dict`). Both must agree with and without a causal mask — and the
+# causal mask must leave the first token looking only at itself, which is the article's
+# second test in its simplest form.
+
+# %%
+package_head = SelfAttention(D, DH)
+package_head.load_state_dict(one_head.state_dict())
+allowed = causal_mask(L)  # (L, L) bool, True = may attend: the lower triangle
+with torch.no_grad():
+    for mask in (None, allowed):
+        mine, mine_w = one_head(x, mask)
+        theirs, theirs_w = package_head(x, mask=mask, need_weights=True)
+        torch.testing.assert_close(mine, theirs)
+        torch.testing.assert_close(mine_w, theirs_w)
+    assert torch.equal(mine_w[:, 0, 0], torch.ones(B))  # query 0 sees only key 0
+print("OneHead = attention.heads.SelfAttention, without and with a causal mask: ✓")
+
+# %% [markdown]
+# ## 8.2 Many heads: the two lines that only move memory
+#
+# Multi-head attention (chapter 3) runs $H$ such heads side by side, each on its own
+# $d_k = D/H$ slice of the projected features, and mixes their outputs with one more matrix
+# $W_O$. Nothing about the arithmetic is new. What is new are two lines that compute nothing
+# and only rearrange memory:
+#
+# - **split**: `(B, L, D)` → `(B, H, L, d_k)`. First `view(B, L, H, d_k)`: each token's $D$
+#   features are cut into $H$ consecutive slices (free: memory is laid out token by token).
+#   Then `transpose(1, 2)`: the head axis moves in front of the sequence axis, so that each
+#   head becomes a batch of its own sequences.
+# - **merge**: `(B, H, L, d_k)` → `(B, L, D)`. `transpose(1, 2)` back, then flatten the last
+#   two axes. After a transpose the tensor is no longer contiguous in memory, so the flattening
+#   needs `.contiguous().view(...)` (or `reshape`, which copies when it must).
+#
+# We go through the forward pass step by step with the weights of a package layer (with
+# biases, as in `nn.MultiheadAttention`) and check every intermediate against the package's
+# own pieces.
+
+# %%
+torch.manual_seed(2)
+package_mha = MultiHeadAttention(D, H)  # q_proj, k_proj, v_proj, out_proj: nn.Linear(D, D)
+
+with torch.no_grad():
+    Q = package_mha.q_proj(x)  # (B, L, D): all heads' queries at once
+    K = package_mha.k_proj(x)  # (B, L, D)
+    V = package_mha.v_proj(x)  # (B, L, D)
+
+    q = Q.view(B, L, H, DH).transpose(1, 2)  # (B, H, L, d_k)
+    k = K.view(B, L, H, DH).transpose(1, 2)  # (B, H, L, d_k)
+    v = V.view(B, L, H, DH).transpose(1, 2)  # (B, H, L, d_k)
+    assert torch.equal(q, split_heads(Q, num_heads=H))
+    assert torch.equal(q[1, 2, 4], Q[1, 4, 8:12])  # head 2 of token 4 = its features 8..11
+
+    scores = q @ k.transpose(-2, -1) / math.sqrt(DH)  # (B, H, L, L): scale by the HEAD width
+    weights = scores.softmax(dim=-1)  # (B, H, L, L)
+    heads = weights @ v  # (B, H, L, d_k)
+    torch.testing.assert_close(heads, scaled_dot_product_attention(q, k, v))
+
+    merged = heads.transpose(1, 2).contiguous().view(B, L, D)  # (B, L, D)
+    assert torch.equal(merged, merge_heads(heads))
+    assert torch.equal(merged[1, 4, 4:8], heads[1, 1, 4])  # token 4, slots 4..7 = head 1
+
+    out = package_mha.out_proj(merged)  # (B, L, D)
+    torch.testing.assert_close(out, package_mha(x))
+
+for name, t in (("Q", Q), ("q (split)", q), ("weights", weights), ("heads", heads),
+                ("merged", merged), ("out", out)):  # fmt: skip
+    print(f"{name:>10}: {tuple(t.shape)}")
+
+# %% [markdown]
+# Now the same lines as a module, written the way one writes it for a project — with a mask
+# argument and the weights returned on request. Its four projections have the package's
+# names, so it loads any package layer's `state_dict`; with `H = 1` it is the article's
+# "single-head" module with an output projection.
+
+
+# %%
+class MyMultiHeadAttention(nn.Module):
+    """Multi-head self-attention by hand: x (B, L, D) -> (B, L, D)."""
+
+    def __init__(self, d_model: int, num_heads: int) -> None:
+        super().__init__()
+        assert d_model % num_heads == 0, "d_model must be divisible by num_heads"
+        self.num_heads, self.d_k = num_heads, d_model // num_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None, need_weights=False):
+        b, l, d = x.shape
+        h, dk = self.num_heads, self.d_k
+        q = self.q_proj(x).view(b, l, h, dk).transpose(1, 2)  # (B, H, L, d_k)
+        k = self.k_proj(x).view(b, l, h, dk).transpose(1, 2)  # (B, H, L, d_k)
+        v = self.v_proj(x).view(b, l, h, dk).transpose(1, 2)  # (B, H, L, d_k)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(dk)  # (B, H, L, L)
+        if mask is not None:  # bool, True = may attend, broadcastable to (B, H, L, L)
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(dim=-1)  # (B, H, L, L)
+        out = (weights @ v).transpose(1, 2).contiguous().view(b, l, d)  # (B, L, D)
+        out = self.out_proj(out)  # (B, L, D)
+        return (out, weights) if need_weights else out
+
+
+mine = MyMultiHeadAttention(D, H)
+mine.load_state_dict(package_mha.state_dict())
+book_module = HandMultiHeadAttention(D, H, layout=CORRECT)  # used for the experiments below
+book_module.load_state_dict(package_mha.state_dict())
+with torch.no_grad():
+    for mask in (None, allowed):
+        want = package_mha(x, mask=mask)  # (B, L, D)
+        torch.testing.assert_close(mine(x, mask), want)
+        torch.testing.assert_close(book_module(x, mask=mask), want)
+print("MyMultiHeadAttention = attention.heads.MultiHeadAttention, without and with a mask: ✓")
+
+# %% [markdown]
+# ## 8.3 The same weights in `nn.MultiheadAttention`
+#
+# The strongest check of a hand-written layer is PyTorch's own, given *the same weights*: any
+# difference is then a bug, not a different initialisation. That needs the weight layout of
+# `nn.MultiheadAttention`, which differs from ours in five ways (the diagram below):
+#
+# 1. **One packed input matrix.** `in_proj_weight` has shape `(3D, D)`: rows `0 … D−1` are
+#    $W_Q$, rows `D … 2D−1` are $W_K$, rows `2D … 3D−1` are $W_V$, each in `nn.Linear`'s
+#    `(out, in)` orientation, so that `x @ in_proj_weight[:D].T` are the queries. Within each
+#    block, head $h$ owns rows $h d_k \dots (h+1) d_k - 1$ — the same slices our split takes.
+#    `in_proj_bias` `(3D,)` is packed the same way. (With `kdim`/`vdim` different from
+#    `embed_dim`, torch keeps three separate `q_proj_weight`, `k_proj_weight`,
+#    `v_proj_weight` instead.)
+# 2. **`out_proj`** is an ordinary `Linear(D, D)`: it maps over unchanged; its columns
+#    $h d_k \dots$ read head $h$.
+# 3. **`batch_first=False` is the default**: inputs are `(L, B, D)` unless you ask for
+#    `batch_first=True`.
+# 4. **Weights come averaged over heads** by default (`need_weights=True,
+#    average_attn_weights=True` gives `(B, L, L)`); `average_attn_weights=False` gives the
+#    per-head `(B, H, L, L)`.
+# 5. **Masks have the opposite polarity**: in `attn_mask` and `key_padding_mask`, `True`
+#    means *blocked*. `is_causal=True` is only a hint and needs the mask as well.
+
+# %%
+fig = weight_layout()
+
+# %% [markdown]
+# Here is the mapping written out by hand, then checked against the package's converter
+# (`MultiHeadAttention.to_torch`) and against each point of the list.
+
+# %%
+torch_mha = nn.MultiheadAttention(D, H, batch_first=True)
+with torch.no_grad():
+    torch_mha.in_proj_weight.copy_(
+        torch.cat([mine.q_proj.weight, mine.k_proj.weight, mine.v_proj.weight])  # (3D, D)
+    )
+    torch_mha.in_proj_bias.copy_(torch.cat([mine.q_proj.bias, mine.k_proj.bias, mine.v_proj.bias]))
+    torch_mha.out_proj.weight.copy_(mine.out_proj.weight)
+    torch_mha.out_proj.bias.copy_(mine.out_proj.bias)
+
+converted = package_mha.to_torch()  # the package's converter gives the same tensors
+for name, tensor in torch_mha.state_dict().items():
+    assert torch.equal(tensor, converted.state_dict()[name]), name
+
+with torch.no_grad():
+    ours, ours_w = mine(x, need_weights=True)  # (B, L, D), (B, H, L, L)
+    theirs, theirs_w = torch_mha(x, x, x)  # (B, L, D), (B, L, L): averaged over heads
+    torch.testing.assert_close(ours, theirs)  # 1 and 2: the packed weights
+    torch.testing.assert_close(ours_w.mean(dim=1), theirs_w)  # 4: averaged ...
+    _, per_head = torch_mha(x, x, x, average_attn_weights=False)  # (B, H, L, L)
+    torch.testing.assert_close(ours_w, per_head)  # ... or per head
+
+    x_lbd = x.transpose(0, 1)  # (L, B, D)
+    seq_first = nn.MultiheadAttention(D, H)  # 3: batch_first=False, the default
+    seq_first.load_state_dict(torch_mha.state_dict())
+    torch.testing.assert_close(seq_first(x_lbd, x_lbd, x_lbd)[0].transpose(0, 1), ours)
+
+    blocked = ~allowed  # 5: torch's polarity, True = blocked
+    causal_theirs = torch_mha(x, x, x, attn_mask=blocked, is_causal=True)[0]
+    torch.testing.assert_close(mine(x, allowed), causal_theirs)
+    torch.testing.assert_close(from_torch_attn_mask(blocked), allowed)  # the package converts
+print("by hand = nn.MultiheadAttention with the same weights: outputs, weights, layouts ✓")
+
+# %% [markdown]
+# The forgiving details are worth knowing too: torch scales by $1/\sqrt{d_k}$ with the head
+# width, as we do; in evaluation mode without gradients it may take a fused "fast path",
+# whose results differ from the step-by-step ones only by rounding (the comparisons above use
+# `assert_close`'s float32 tolerances for that reason). From here on the chapter uses the
+# package's layer as the reference and the book's `HandMultiHeadAttention` — the class above
+# with the split and merge as a parameter — for the broken variants.
+
+# %% [markdown]
+# ## 8.4 C28: the wrong orders
+#
+# **The claim.** Getting the order of `view` and `transpose` wrong raises no error, mixes the
+# heads and ruins the model's results.
+#
+# **The usual wrong versions.** We collected the ones that turn up in practice. Each gives
+# the right shape; the table lists its split and merge as one would write them (`x` is a
+# projection `(B, L, D)`, `out` the attention's output), and what it does to the data:
+
+# %% tags=["NBVAL_CHECK_OUTPUT"]
+for name, layout in LAYOUTS.items():
+    print(f"{name}:\n    split  {layout.split_code}\n    merge  {layout.merge_code}")
+    if name != CORRECT:
+        print(f"    -> {layout.effect}")
+
+# %% [markdown]
+# - **reshape split** views the projection straight as `(B, H, L, d_k)`. Memory is token by
+#   token, so the first "head" receives the first $L/H$ tokens *whole*, each cut into $H$
+#   pieces that it treats as separate tokens.
+# - **reshape merge** gets the split right and glues the heads back with a plain
+#   `view(B, L, D)`: token $t$'s output row is filled with consecutive blocks of the heads'
+#   outputs, so rows mix several tokens.
+# - **reshape both** makes the two mistakes together. They undo each other, so a
+#   "split then merge gives back the input" test passes, but between the two the attention
+#   ran on the wrong pieces: head $h$ only sees a block of the sequence.
+# - **transpose first** swaps the sequence and feature axes before cutting: each head keeps its
+#   own features but reads them feature by feature, so one of its "tokens" holds one feature
+#   of several positions.
+# - **no transpose** forgets the transpose: the attention runs over the $H$ slices of each
+#   token, and tokens never see each other.
+# - **interleaved** views as `(B, L, d_k, H)`: head $h$ gets every $H$-th feature instead of a
+#   contiguous slice. It differs from `nn.MultiheadAttention`, but only by a fixed permutation
+#   of features inside each token.
+# - **no contiguous** forgets `.contiguous()` in the merge — and that one is not silent.
+#
+# The diagrams apply each split (and each merge) to a labelled tensor — 4 tokens of 6
+# features, 2 heads — so that every cell shows which token (colour) and which feature
+# (number) ends up where.
+
+# %%
+fig = split_layouts()
+
+# %%
+fig = merge_layouts()
+
+# %% [markdown]
+# **Silent, all but one.** Every broken module runs and returns a `(B, L, D)` tensor on our
+# running example — except the one without `.contiguous()`: `view` cannot regroup the
+# transposed memory and PyTorch refuses.
+
+# %%
+with torch.no_grad():
+    for name in SILENT_WRONG:
+        shape = tuple(make_attention(name, D, H)(x).shape)
+        print(f"{name:>16}: output {shape}, no error")
+        assert shape == (B, L, D)
+
+# %% tags=["raises-exception"]
+make_attention("no contiguous", D, H)(x)
+
+# %% [markdown]
+# ### With one head, the bug hides
+#
+# With $H = 1$ there is only one head to mix up, and most of the wrong orders become the
+# right one: `view(B, 1, L, D)` of a `(B, L, D)` tensor reinterprets nothing, interleaving
+# one head is the identity, and `transpose(1, 2)` of a size-1 axis moves no memory (so even
+# the missing `.contiguous()` goes through). Two wrong orders still change the computation
+# with one head — **transpose first** still swaps positions and features, and **no
+# transpose** still attends over the wrong axis. That is our prediction: with one head, the
+# outputs of *reshape split*, *reshape merge*, *reshape both*, *interleaved* and
+# *no contiguous* are exactly equal to the correct module's (same weights), and all of them
+# differ with three heads.
+
+# %%
+INVISIBLE_WITH_ONE_HEAD = ("reshape split", "reshape merge", "reshape both", "interleaved",
+                           "no contiguous")  # fmt: skip
+equal_1 = one_head_equal(WRONG, num_heads=1, d_model=D)
+equal_3 = one_head_equal(WRONG, num_heads=H, d_model=D)
+for name in WRONG:
+    print(f"{name:>16}: output equal to the correct one with 1 head: {equal_1[name]!s:>5}, "
+          f"with {H} heads: {equal_3[name]}")  # fmt: skip
+
+# %%
+assert_c28_one_head(equal_1, equal_3, invisible=INVISIBLE_WITH_ONE_HEAD)
+n_invisible = sum(equal_1[name] for name in WRONG)
+record_claim(
+    "C28 one head",
+    claim="A head-layout bug is invisible with one head",
+    experiment="every wrong layout against the correct one, same weights, torch.equal, "
+    f"d_model {D}, 1 and {H} heads",
+    verdict="partly",
+    measured=f"{n_invisible} of {len(WRONG)} wrong layouts give bit-identical outputs with 1 head "
+    f"({', '.join(n for n in WRONG if equal_1[n])}); all {len(WRONG)} differ with {H} heads; "
+    "'transpose first' and 'no transpose' differ already with 1 head",
+)
+
+# %% [markdown]
+# This is why the bug survives so well in practice: a model first written and debugged with
+# one head, then scaled to several, changes behaviour at exactly the moment nobody is
+# looking. Whether a single-head check can catch the remaining two is the subject of 8.5.
+#
+# ### Does it ruin training?
+#
+# **A task that needs separate heads.** We reuse chapter 3's two-relation task: sequences of
+# 6 letters, each once in lower and once in upper case, every token carrying a digit 0–7; at
+# every position the model must output the digit of the *previous token* (a positional
+# relation) and the digit of its *partner*, the same letter in the other case (a relation
+# found by content). One head cannot serve both (chapter 3 measured that); two heads can,
+# one per relation. The model is chapter 3's too, except that its attention is
+# `HandMultiHeadAttention` with the layout under test: embedding, one pre-LN block (2 heads,
+# rotary positions applied after the split, a feed-forward network), read-out; width 32,
+# 300 steps of Adam at learning rate 0.01, batches of 64 (the printout below lists the
+# setup). These are chapter 3's settings, not tuned here. Every layout starts from the same
+# weights and sees the same batches; three seeds each.
+#
+# **What we expect, and the thresholds.** Not every wrong order is equally wrong. The
+# *interleaved* layout only permutes the features inside each token, and a permutation of
+# the projections' outputs can be absorbed into the weights: the interleaved module with
+# weights $W$ computes exactly what the correct module computes with the rows of $W_Q, W_K,
+# W_V$ permuted. We check that equality first (up to float rounding: the same products,
+# summed in a possibly different order). Since PyTorch initialises every weight
+# independently, the permuted weights are as likely as the original ones, so an interleaved
+# model trains like a correct one. The other five layouts put pieces of different tokens
+# into one head's "token", and nothing in the weights can undo that. So:
+#
+# - the correct layout must learn the task: every seed's held-out accuracy (both digits)
+#   at least `MIN_CORRECT` = 0.9, or the experiment cannot tell a ruined layout from a hard
+#   task;
+# - "ruins results", for a layout that mixes tokens, means: its mean accuracy at least
+#   `RUIN_GAP` = 0.2 below the correct mean, and even its best seed below the correct
+#   worst seed;
+# - the interleaved layout must *not* be ruined: its best seed within `REACH` = 0.05 of the
+#   correct mean.
+
+# %%
+interleaved = make_attention("interleaved", D, H, seed=5)
+with torch.no_grad():
+    difference = (interleaved(x) - interleaved_as_correct(interleaved)(x)).abs().max().item()
+print(f"interleaved(W) vs correct(W, Q/K/V rows permuted): largest difference {difference:.1e}")
+assert difference < 1e-6  # the same function: only float rounding may differ
+MIN_CORRECT, RUIN_GAP, REACH = 0.9, 0.2, 0.05
+
+# %%
+setup = {
+    name: p.default
+    for name, p in inspect.signature(train_layout).parameters.items()
+    if name not in ("layout", "seed", "progress", "initial_state")
+}
+print("setup of every run:", setup, "| seeds:", SEEDS)
+TRAINED = (CORRECT, *SILENT_WRONG)
+runs = [
+    train_layout(name, seed=seed)
+    for name, seed in progress([(n, s) for n in TRAINED for s in SEEDS], desc="layouts x seeds")
+]
+both = accuracy_spreads(runs)  # layout -> Spread of the mean accuracy over the two digits
+relation = {
+    rel: {n: [r.accuracy[i] for r in runs if r.layout == n] for n in TRAINED}
+    for i, rel in enumerate(("previous", "partner"))
+}
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+for ax, rel in zip(axes, ("previous", "partner"), strict=True):
+    plot_bar_spread(
+        relation[rel],
+        title=f"C28: {rel}-token digit, held-out accuracy",
+        ylabel="accuracy (3 seeds: mean, min–max, dots)",
+        ax=ax,
+        reference=(1 / 8, "chance 1/8"),
+    )
+    ax.tick_params(axis="x", labelrotation=30)
+axes[0].get_legend().remove()  # one legend, in the empty band of the right panel
+fig.tight_layout()
+
+# %% tags=["NBVAL_CHECK_OUTPUT"]
+def mean_range(s):
+    return f"{s.mean:.3f} ({s.min:.3f}-{s.max:.3f})"
+
+
+print(f"held-out accuracy over {len(SEEDS)} seeds: mean (min-max)")
+print(f"{'layout':>16} {'previous':>20} {'partner':>20} {'both':>20}")
+for name in TRAINED:
+    prev, partner = (mean_range(spread(relation[rel][name])) for rel in ("previous", "partner"))
+    print(f"{name:>16} {prev:>20} {partner:>20} {mean_range(both[name]):>20}")
+
+# %% [markdown]
+# One interleaved seed stands out. Is that the layout's fault? The interleaved model of that
+# seed starts from weights that, relabelled, are a correct model's weights — so we train the
+# *correct* layout from exactly those relabelled weights, on the same batches. If the layout
+# were to blame, the correct model would now learn the task; if the starting point is, it
+# fails in the same way.
+
+# %%
+unlucky = min(SEEDS, key=lambda s: next(r for r in runs if r.layout == "interleaved"
+                                          and r.seed == s).mean_accuracy)  # fmt: skip
+run_interleaved = next(r for r in runs if r.layout == "interleaved" and r.seed == unlucky)
+run_twin = train_layout(CORRECT, seed=unlucky, initial_state=interleaved_twin_state(unlucky))
+print(f"seed {unlucky}: interleaved layout   accuracy previous {run_interleaved.accuracy[0]:.3f}, "
+      f"partner {run_interleaved.accuracy[1]:.3f}")  # fmt: skip
+print(f"seed {unlucky}: correct, same weights accuracy previous {run_twin.accuracy[0]:.3f}, "
+      f"partner {run_twin.accuracy[1]:.3f}")  # fmt: skip
+gap_10 = max(abs(a - b) for a, b in zip(run_interleaved.losses[:10], run_twin.losses[:10],
+                                         strict=True))  # fmt: skip
+print(f"largest loss difference over the first 10 steps: {gap_10:.1e}")
+assert gap_10 < 1e-4  # the same computation, up to rounding
+assert all(abs(a - b) < 0.05 for a, b in zip(run_interleaved.accuracy, run_twin.accuracy,
+                                             strict=True))  # fmt: skip
+
+# %%
+assert_c28_ruins(
+    {name: both[name].values for name in TRAINED},
+    keeps_tokens={name: LAYOUTS[name].keeps_tokens for name in TRAINED},
+    min_correct=MIN_CORRECT,
+    gap=RUIN_GAP,
+    reach=REACH,
+)
+ruined = [n for n in SILENT_WRONG if not LAYOUTS[n].keeps_tokens]
+record_claim(
+    "C28",
+    claim="A wrong view/transpose order runs without error, mixes the heads and ruins results",
+    experiment="6 silent wrong layouts and 1 loud one; 1-layer, 2-head model (d_model 32, RoPE) "
+    "on chapter 3's two-relation task, 300 steps, 3 seeds, held-out accuracy",
+    verdict="partly",
+    measured=f"correct {both[CORRECT].format('.3f')}; "
+    + "; ".join(f"{n} {mean_range(both[n])}" for n in SILENT_WRONG)
+    + "; 'no contiguous' raises RuntimeError",
+)
+
+# %% [markdown]
+# **Verdict on C28: partly reproduced.** Five of the six silent wrong orders ruin the model,
+# as the article says, and in the way their diagrams predict. *No transpose* is the worst:
+# tokens never meet, and both digits stay near chance. *Reshape split* and *reshape merge*
+# garble both relations. *Reshape both* and *transpose first* keep much of the
+# previous-token relation — a block of neighbouring positions survives their scrambling —
+# but lose the partner, which can sit anywhere in the sequence. Two layouts do not fit the
+# claim. Forgetting `.contiguous()` is not silent: PyTorch raises at the first forward pass
+# with two heads. And the *interleaved* heads are "wrong" only against a reference: the model
+# is the correct one with its weights relabelled, and it trains like it. Its one bad seed is
+# the starting point's fault, not the layout's: the correct layout started from the same
+# (relabelled) weights fails the same way, learning the partner and missing the previous
+# token. Chapter 3 saw this plateau too — one relation learnt, the other still to come — and
+# 300 steps were not enough for that start to leave it. So "mixes the heads" is true of all
+# six silent layouts; "ruins results" only of the five that mix *tokens* — and the
+# interleaved one still breaks the moment you load standard pretrained weights into it.
+
+# %% [markdown]
+# ## 8.5 Which tests catch a wrong order?
+#
+# The article recommends three tests for a hand-written attention module:
+#
+# 1. **shape**: a `(B, L, D)` input gives a `(B, L, D)` output;
+# 2. **causal mask**: with a causal mask, the first position puts all its weight on itself;
+# 3. **gradients**: after a backward pass, every weight has a non-zero gradient;
+#
+# and adds, as an option, a numerical comparison with `nn.MultiheadAttention`. We add three
+# tests that need no reference implementation, each built on a property that correct
+# attention has and a layout bug can break:
+#
+# 4. **vs nn.MultiheadAttention**: the same output as torch's module with the same weights
+#    (section 8.3);
+# 5. **head independence**: change the query and value weights of head $h$ only; with
+#    `out_proj` set to the identity, only output features $h d_k \dots$ may change;
+# 6. **permutation**: without masks or positions, shuffling the tokens shuffles the outputs
+#    the same way (chapter 4);
+# 7. **no future leak**: with a causal mask, the output at position $t$ does not change
+#    when the tokens after $t$ do — the article's mask test looks at the *weights* of one
+#    row, this one at what actually reaches the output.
+#
+# Every test runs on a module with every layout, all with the same weights, at $H = 3$ and
+# at $H = 1$.
+
+# %%
+table = outcome_table(d_model=D, num_heads=H)
+table_1 = outcome_table(d_model=D, num_heads=1)
+
+
+def show_table(tbl, title):
+    print(title)
+    print(f"{'':>16}" + "".join(f"{t:>14}" for t in ("shape", "causal mask", "gradients",
+                                                      "vs torch", "heads indep.", "permutation",
+                                                      "no leak")))  # fmt: skip
+    for name, row in tbl.items():
+        print(f"{name:>16}" + "".join(f"{row[t]:>14}" for t in TESTS))
+
+
+# %% tags=["NBVAL_CHECK_OUTPUT"]
+show_table(table, f"{H} heads ('fails'/'raises' = the test caught the module):")
+print()
+show_table(table_1, "1 head:")
+
+# %%
+outcome_code = {PASSED: 0, FAILED: 1, "raises": 2}
+grid_values = [[outcome_code[table[n][t]] for t in TESTS] for n in LAYOUTS]
+fig, ax = plt.subplots(figsize=(9, 4.2))
+colours = plt.matplotlib.colors.ListedColormap(["#e8e8e8", "#d7301f", "#fc8d59"])
+ax.imshow(grid_values, cmap=colours, vmin=0, vmax=2, aspect="auto")
+ax.set_xticks(range(len(TESTS)), list(TESTS), rotation=25, ha="right")
+ax.set_yticks(range(len(LAYOUTS)), list(LAYOUTS))
+ax.grid(False)
+ax.axvline(len(ARTICLE_TESTS) - 0.5, color="black", lw=1.5)
+ax.set_title(f"Which test catches which layout ({H} heads; left of the line: the article's)")
+ax.set_xlabel("unit test")
+ax.set_ylabel("head layout of the module")
+ax.legend(
+    handles=[Patch(color=c, label=lbl) for c, lbl in
+             zip(colours.colors, ("passes (bug missed)", "fails (bug caught)", "raises"),
+                 strict=True)],  # fmt: skip
+    loc="upper left",
+    bbox_to_anchor=(1.01, 1),
+)
+fig.tight_layout()
+
+# %% [markdown]
+# **What the table says.** The article's three tests pass every silent wrong layout: a layout
+# bug moves numbers around without changing any shape, it leaves the mask on the score matrix
+# (whatever that matrix now means), and it cuts no gradient path. Only the module without
+# `.contiguous()` fails them — by raising, which the first forward pass would have shown
+# anyway. With one head, the gradient test does catch *no transpose* (attending over a single
+# slice makes the softmax constant, so queries and keys get no gradient) — the only catch the
+# article's recipe makes.
+#
+# The comparison with `nn.MultiheadAttention` catches every wrong layout, including the
+# interleaved one that trains fine, because it checks the one thing a layout bug changes:
+# *which* numbers meet. The three reference-free tests each catch some: head independence
+# misses *transpose first* (each head keeps its own features, scrambled among positions),
+# permutation misses the layouts that keep every token in its place (*no transpose*,
+# *interleaved*), and the future-leak test misses the layouts that preserve the order of
+# positions. Together, they catch all six. The assertions: the article's three tests miss
+# every silent layout; the comparison with torch catches all seven wrong ones; the three
+# reference-free tests catch all seven together.
+
+# %%
+assert_tests_miss(table, ARTICLE_TESTS, SILENT_WRONG)
+assert_test_catches(table, "vs nn.MultiheadAttention", WRONG)
+REFERENCE_FREE = ("head independence", "permutation", "no future leak")
+assert_tests_catch_together(table, REFERENCE_FREE, WRONG)
+caught = {t: sum(table[n][t] != PASSED for n in SILENT_WRONG) for t in TESTS}
+print("silent wrong layouts caught, out of", len(SILENT_WRONG), ":", caught)
+record_claim(
+    "C28 tests",
+    claim="Shape, causal-mask and gradient tests (plus an optional comparison with "
+    "nn.MultiheadAttention) verify a hand-written attention module",
+    experiment=f"7 tests x 8 head layouts, same weights, d_model {D}, {H} heads and 1 head",
+    verdict="partly",
+    measured=f"of {len(SILENT_WRONG)} silent wrong layouts: "
+    + ", ".join(f"{t} catches {c}" for t, c in caught.items())
+    + "; with 1 head, the gradient test catches 'no transpose'",
+)
+
+# %% [markdown]
+# **Verdict on the article's test recipe: partly reproduced.** The three tests it calls
+# essential are worth having — they catch a forgotten mask, a detached weight, a wrong output
+# width — but they catch *none* of the layout bugs that C28 warns about. The test that does
+# is the one it mentions in passing: the comparison with `nn.MultiheadAttention` *given the
+# same weights* (the article says "keep the initialisation consistent"; the reliable way is
+# to copy the weights, as in section 8.3). Where no reference exists — a new attention
+# variant — the three property tests above do the job together. One more trap: the
+# round-trip test that people often write for the two helper functions,
+# `merge(split(x)) == x`, is blind to *symmetric* mistakes (and to the missing
+# `.contiguous()`, because the split's output is itself a transposed view, which the wrong
+# merge can `view` back; only the attention's freshly computed output trips it):
+
+# %%
+probe = torch.randn(B, L, D, generator=torch.Generator().manual_seed(9))  # (B, L, D)
+for name, layout in LAYOUTS.items():
+    try:
+        back = layout.merge(layout.split(probe, H), B, L, D)
+        verdict = "passes" if torch.equal(back, probe) else "fails"
+    except RuntimeError:
+        verdict = "raises"
+    print(f"{name:>16}: merge(split(x)) == x {verdict}")
+
+# %% [markdown]
+# *Reshape both* and *no transpose* pass it: their merge is the exact inverse of their
+# split, and what went wrong happens in between, in the attention.
+
+# %% [markdown]
+# ## Claims checked
+
+# %%
+claims_table()
+
+# %% [markdown]
+# ## Takeaways
+#
+# - Multi-head attention is single-head attention run on $H$ slices at once; the only new
+#   code is two memory rearrangements. Split: `view(B, L, H, d_k)` then `transpose(1, 2)`.
+#   Merge: `transpose(1, 2)`, then `.contiguous().view(B, L, D)` (or `reshape`).
+# - `nn.MultiheadAttention` packs $[W_Q; W_K; W_V]$ by rows into `in_proj_weight (3D, D)` in
+#   `nn.Linear`'s `(out, in)` layout, uses `(L, B, D)` unless `batch_first=True`, averages the
+#   returned weights over heads, and reads `True` in a mask as *blocked*.
+# - Of the common wrong orders, one raises (the missing `.contiguous()`) and six run. Five of
+#   those mix tokens and ruin a model that needs its heads; the sixth (interleaved heads)
+#   only relabels features and trains fine, but cannot load standard weights.
+# - With one head most wrong orders are bit-identical to the right one, so a bug written
+#   while debugging with $H = 1$ appears only when the model is scaled up.
+# - Shape, causal-mask and gradient tests do not see layout bugs. Compare with
+#   `nn.MultiheadAttention` given the same weights; without a reference, test head
+#   independence, permutation equivariance and the absence of future leaks.
+#
+# ## Exercises
+#
+# `exercises/08_attention_by_hand.ipynb` has four: unpack `nn.MultiheadAttention`'s weights
+# into the four matrices; write the multi-head forward pass (the check recognises each wrong
+# order of this chapter and names it); write the comparison test with `nn.MultiheadAttention`;
+# and write the future-leak test. Check your answers in the notebook, or all at once with
+# `make check CH=08`.
+#
+# ## Further reading
+#
+# - Vaswani, Shazeer, Parmar, Uszkoreit, Jones, Gomez, Kaiser, Polosukhin (2017), *Attention Is
+#   All You Need* — multi-head attention.
+# - Rush (2018), *The Annotated Transformer* — the paper as runnable code; its
+#   `MultiHeadedAttention` splits with `view(nbatches, -1, h, d_k).transpose(1, 2)`.
+# - Karpathy, *nanoGPT* (`model.py`, `CausalSelfAttention`) — the same two lines, with shape
+#   comments, in a model that trains GPT-2.
+# - Raschka (2024), *Build a Large Language Model (From Scratch)*, chapter 3 — attention coded
+#   step by step, from one head to a multi-head module.
+# - The PyTorch documentation of `torch.nn.MultiheadAttention` — the arguments of section 8.3
+#   (`batch_first`, `need_weights`, `average_attn_weights`, `attn_mask`, `is_causal`).

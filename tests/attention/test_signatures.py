@@ -1,0 +1,226 @@
+"""The public API's vocabulary (STYLE.md, "Public API vocabulary"): the old positional forms
+and the old argument names of the clean-up of issue 8 raise ``TypeError``, and the new forms
+run. Tensors are positional; every other argument after them is keyword-only; module
+constructors take their defining sizes positionally and options by keyword."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import attention.efficient._threads as threads
+from attention import vision
+from attention.blocks import DecoderBlock, Encoder, EncoderLayer, FeedForward, SequenceClassifier
+from attention.efficient import (
+    LinearAttentionState,
+    block_sparse_attention,
+    chunked_attention,
+    flash_attention,
+    linear_attention,
+    linear_attention_step,
+)
+from attention.efficient.probsparse import sparsity_measure
+from attention.functional import safe_softmax, scaled_dot_product_attention
+from attention.gpu.flex import flex_block_sparse
+from attention.gpu.triton_flash import attention_flops
+from attention.heads import MultiHeadAttention, SelfAttention, split_heads
+from attention.masks import causal_mask, to_additive
+from attention.multimodal import CLIPHead, CrossAttentionBlock, ProjectionHead
+from attention.positional import (
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    rope_angles,
+    sinusoidal_encoding,
+)
+from tests.attention.inputs import random_qkv
+
+Q, K, V = random_qkv(1, 2, 8, 8, 4, 4, dtype=torch.float32)
+X = torch.randn(2, 6, 8)  # (B, L, D)
+GRID = torch.randn(1, 4, 4, 3)  # (B, H, W, C)
+LAYOUT = torch.ones(2, 2, dtype=torch.bool)
+SIZES = dict(d_model=8, num_heads=2, num_layers=1, d_ff=16, max_len=8)
+
+# (old form, new form): the old one must raise TypeError, the new one must run.
+CASES = {
+    "sdpa return_weights -> need_weights": (
+        lambda: scaled_dot_product_attention(Q, K, V, return_weights=True),
+        lambda: scaled_dot_product_attention(Q, K, V, need_weights=True),
+    ),
+    "safe_softmax dim keyword-only": (
+        lambda: safe_softmax(X, -1),
+        lambda: safe_softmax(X, dim=-1),
+    ),
+    "to_additive dtype keyword-only": (
+        lambda: to_additive(causal_mask(3), torch.float64),
+        lambda: to_additive(causal_mask(3), dtype=torch.float64),
+    ),
+    "split_heads num_heads keyword-only": (
+        lambda: split_heads(X, 2),
+        lambda: split_heads(X, num_heads=2),
+    ),
+    "SelfAttention.forward mask keyword-only": (
+        lambda: SelfAttention(8)(X, causal_mask(6)),
+        lambda: SelfAttention(8)(X, mask=causal_mask(6)),
+    ),
+    "MultiHeadAttention average_weights -> average_attn_weights": (
+        lambda: MultiHeadAttention(8, 2)(X, need_weights=True, average_weights=True),
+        lambda: MultiHeadAttention(8, 2)(X, need_weights=True, average_attn_weights=True),
+    ),
+    "FeedForward dropout and activation keyword-only": (
+        lambda: FeedForward(8, 16, 0.1, "gelu"),
+        lambda: FeedForward(8, 16, dropout=0.1, activation="gelu"),
+    ),
+    "EncoderLayer dropout keyword-only": (
+        lambda: EncoderLayer(8, 2, 16, 0.1),
+        lambda: EncoderLayer(8, 2, 16, dropout=0.1),
+    ),
+    "Encoder dropout keyword-only": (
+        lambda: Encoder(1, 8, 2, 16, 0.1),
+        lambda: Encoder(1, 8, 2, 16, dropout=0.1),
+    ),
+    "SequenceClassifier sizes keyword-only": (
+        lambda: SequenceClassifier(20, 3, 8, 2, 1, 16, 8),
+        lambda: SequenceClassifier(20, 3, **SIZES),
+    ),
+    "DecoderBlock dropout and causal keyword-only": (
+        lambda: DecoderBlock(8, 2, 16, 0.0, False),
+        lambda: DecoderBlock(8, 2, 16, dropout=0.0, causal=False),
+    ),
+    "sinusoidal_encoding base keyword-only": (
+        lambda: sinusoidal_encoding(10, 8, 100.0),
+        lambda: sinusoidal_encoding(10, 8, base=100.0),
+    ),
+    "SinusoidalPositionalEncoding max_len keyword-only": (
+        lambda: SinusoidalPositionalEncoding(8, 16),
+        lambda: SinusoidalPositionalEncoding(8, max_len=16),
+    ),
+    "SinusoidalPositionalEncoding.forward offset keyword-only": (
+        lambda: SinusoidalPositionalEncoding(8, max_len=16)(X, 2),
+        lambda: SinusoidalPositionalEncoding(8, max_len=16)(X, offset=2),
+    ),
+    "LearnedPositionalEmbedding.forward offset keyword-only": (
+        lambda: LearnedPositionalEmbedding(16, 8)(X, 2),
+        lambda: LearnedPositionalEmbedding(16, 8)(X, offset=2),
+    ),
+    "RotaryEmbedding base keyword-only": (
+        lambda: RotaryEmbedding(4, 100.0),
+        lambda: RotaryEmbedding(4, base=100.0),
+    ),
+    "RotaryEmbedding.forward offset keyword-only": (
+        lambda: RotaryEmbedding(4)(Q, 2),
+        lambda: RotaryEmbedding(4)(Q, offset=2),
+    ),
+    "rope_angles head_dim keyword-only": (
+        lambda: rope_angles(torch.arange(5), 4),
+        lambda: rope_angles(torch.arange(5), head_dim=4),
+    ),
+    "window_partition window keyword-only": (
+        lambda: vision.window_partition(GRID, 2),
+        lambda: vision.window_partition(GRID, window=2),
+    ),
+    "window_reverse sizes keyword-only": (
+        lambda: vision.window_reverse(torch.randn(4, 4, 3), 2, 4, 4),
+        lambda: vision.window_reverse(torch.randn(4, 4, 3), window=2, height=4, width=4),
+    ),
+    "cyclic_shift shift keyword-only": (
+        lambda: vision.cyclic_shift(GRID, 1),
+        lambda: vision.cyclic_shift(GRID, shift=1),
+    ),
+    "SwinBlock shift keyword-only": (
+        lambda: vision.SwinBlock(6, 4, 2, 2, 1),
+        lambda: vision.SwinBlock(6, 4, 2, 2, shift=1),
+    ),
+    "WindowAttention.forward return_weights -> need_weights": (
+        lambda: vision.WindowAttention(6, 2, 2)(torch.randn(4, 4, 6), return_weights=True),
+        lambda: vision.WindowAttention(6, 2, 2)(torch.randn(4, 4, 6), need_weights=True),
+    ),
+    "ViTEmbedding dropout keyword-only": (
+        lambda: vision.ViTEmbedding(8, 4, 3, 6, 0.1),
+        lambda: vision.ViTEmbedding(8, 4, 3, 6, dropout=0.1),
+    ),
+    "VisionTransformer dropout keyword-only": (
+        lambda: vision.VisionTransformer(8, 4, 1, 3, 16, 2, 1, 32, 0.1),
+        lambda: vision.VisionTransformer(8, 4, 1, 3, 16, 2, 1, 32, dropout=0.1),
+    ),
+    "CrossAttentionBlock dropout keyword-only": (
+        lambda: CrossAttentionBlock(8, 2, 16, 0.1),
+        lambda: CrossAttentionBlock(8, 2, 16, dropout=0.1),
+    ),
+    "ProjectionHead hidden_dim keyword-only": (
+        lambda: ProjectionHead(4, 3, 8),
+        lambda: ProjectionHead(4, 3, hidden_dim=8),
+    ),
+    "CLIPHead hidden_dim keyword-only": (
+        lambda: CLIPHead(6, 5, 4, 8),
+        lambda: CLIPHead(6, 5, 4, hidden_dim=8),
+    ),
+    "flash_attention q/k/v -> query/key/value": (
+        lambda: flash_attention(q=Q, k=K, v=V),
+        lambda: flash_attention(query=Q, key=K, value=V),
+    ),
+    "flash_attention causal keyword-only": (
+        lambda: flash_attention(Q, K, V, True),
+        lambda: flash_attention(Q, K, V, causal=True),
+    ),
+    "chunked_attention q/k/v -> query/key/value": (
+        lambda: chunked_attention(q=Q, k=K, v=V),
+        lambda: chunked_attention(query=Q, key=K, value=V),
+    ),
+    "linear_attention q/k/v -> query/key/value": (
+        lambda: linear_attention(q=Q, k=K, v=V),
+        lambda: linear_attention(query=Q, key=K, value=V),
+    ),
+    "linear_attention_step q_t/k_t/v_t -> query/key/value": (
+        lambda: linear_attention_step(q_t=Q[:, :, :1], k_t=K[:, :, :1], v_t=V[:, :, :1]),
+        lambda: linear_attention_step(query=Q[:, :, :1], key=K[:, :, :1], value=V[:, :, :1]),
+    ),
+    "LinearAttentionState.zeros heads -> num_heads": (
+        lambda: LinearAttentionState.zeros(1, heads=2, dim_k=4, dim_v=4),
+        lambda: LinearAttentionState.zeros(1, num_heads=2, dim_k=4, dim_v=4),
+    ),
+    "block_sparse_attention block_size keyword-only": (
+        lambda: block_sparse_attention(Q, K, V, LAYOUT, 4),
+        lambda: block_sparse_attention(Q, K, V, LAYOUT, block_size=4),
+    ),
+    "flex_block_sparse block_size keyword-only": (
+        lambda: flex_block_sparse(Q, K, V, LAYOUT, 4),
+        lambda: flex_block_sparse(Q, K, V, LAYOUT, block_size=4),
+    ),
+    "sparsity_measure scale keyword-only": (
+        lambda: sparsity_measure(Q, K, torch.arange(3), 0.5),
+        lambda: sparsity_measure(Q, K, torch.arange(3), scale=0.5),
+    ),
+    "attention_flops heads -> num_heads": (
+        lambda: attention_flops(1, heads=2, n_queries=8, n_keys=8, head_dim=4, causal=False),
+        lambda: attention_flops(1, num_heads=2, n_queries=8, n_keys=8, head_dim=4, causal=False),
+    ),
+    "run_over_heads work and device keyword-only": (
+        lambda: threads.run_over_heads(lambda hs: hs, 2, 0, "cpu"),
+        lambda: threads.run_over_heads(lambda hs: hs, 2, work=0, device="cpu"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_old_form_raises_type_error_and_new_form_runs(case):
+    old, new = CASES[case]
+    # Refused by the signature itself, not by a validation further in.
+    with pytest.raises(TypeError, match=r"positional argument|keyword argument"):
+        old()
+    new()
+
+
+def test_swin_block_attend_is_attend_windows():
+    block = vision.SwinBlock(6, 4, 2, 2, shift=1)
+    assert not hasattr(block, "attend")
+    x = torch.randn(1, 16, 6)  # (B, H·W, C)
+    assert block.attend_windows(x).shape == x.shape
+
+
+def test_attend_is_the_dispatcher_only():
+    """``attention.attend`` is the one public ``attend`` (the backend dispatcher)."""
+    import attention
+    from attention.dispatch import attend
+
+    assert attention.attend is attend

@@ -88,7 +88,7 @@ def _check_phase(phase: object, history: Tensor, period: int) -> Tensor:
 # --------------------------------------------------------------------------------------------
 
 
-def sliding_windows(series: Tensor, lookback: int, horizon: int) -> tuple[Tensor, Tensor]:
+def sliding_windows(series: Tensor, *, lookback: int, horizon: int) -> tuple[Tensor, Tensor]:
     """Every (history, target) pair of a 1-D series, one step apart.
 
     ``series (T,)`` (any dtype: values, or their calendar phases) →
@@ -109,7 +109,7 @@ def sliding_windows(series: Tensor, lookback: int, horizon: int) -> tuple[Tensor
     return windows[:, :lookback], windows[:, lookback:]
 
 
-def seasonal_naive(history: Tensor, horizon: int, *, period: int) -> Tensor:
+def seasonal_naive(history: Tensor, *, horizon: int, period: int) -> Tensor:
     """Forecast by repeating the last observed period: ``ŷ[t] = history[L - period + t mod
     period]`` for ``t = 0 .. horizon - 1``.
 
@@ -134,7 +134,7 @@ def seasonal_naive(history: Tensor, horizon: int, *, period: int) -> Tensor:
 # --------------------------------------------------------------------------------------------
 
 
-def moving_average_trend(x: Tensor, kernel_size: int) -> Tensor:
+def moving_average_trend(x: Tensor, *, kernel_size: int) -> Tensor:
     """The trend of DLinear / Autoformer: a centred moving average of ``kernel_size`` values,
     the series' first and last values repeated at the ends so that the output keeps the length.
 
@@ -172,7 +172,7 @@ class DLinear(nn.Module):
 
     def forward(self, history: Tensor, phase: Tensor | None = None) -> Tensor:
         _check_history(history, self.lookback)
-        trend = moving_average_trend(history, self.kernel_size)  # (B, L)
+        trend = moving_average_trend(history, kernel_size=self.kernel_size)  # (B, L)
         return self.trend(trend) + self.remainder(history - trend)  # (B, horizon)
 
 

@@ -393,7 +393,7 @@ SWIN_SIDES = (8, 16, 32)
 SWIN_WIDTH, SWIN_WINDOW = 32, 4
 window_costs, global_costs = [], []
 for side in SWIN_SIDES:
-    block = SwinBlock(SWIN_WIDTH, side, 2, SWIN_WINDOW, SWIN_WINDOW // 2)
+    block = SwinBlock(SWIN_WIDTH, side, 2, SWIN_WINDOW, shift=SWIN_WINDOW // 2)
     dense_layer = EncoderLayer(SWIN_WIDTH, 2, 4 * SWIN_WIDTH, pre_ln=True)
     window_costs.append(ch07.layer_cost(block, side, SWIN_WIDTH))
     global_costs.append(ch07.layer_cost(dense_layer, side, SWIN_WIDTH))
@@ -525,7 +525,7 @@ side, width = 16, 16
 for stage in range(3):
     shift = SWIN_WINDOW // 2 if side > SWIN_WINDOW else 0  # none where one window fills the map
     for s in (0, shift):  # a regular block, then a shifted one
-        block = SwinBlock(width, side, 1, SWIN_WINDOW, s)
+        block = SwinBlock(width, side, 1, SWIN_WINDOW, shift=s)
         x_stage = block(x_stage)  # (B, side², width)
     if stage < 2:
         x_stage = PatchMerging(side, width)(x_stage)  # (B, (side/2)², 2·width)
@@ -790,7 +790,7 @@ mse = {
 }
 naive_mse = {
     series_name: ch07.forecast_mse(
-        lambda history, phase: seasonal_naive(history, HORIZON, period=PERIOD), split.test
+        lambda history, phase: seasonal_naive(history, horizon=HORIZON, period=PERIOD), split.test
     )
     for series_name, split in splits.items()
 }

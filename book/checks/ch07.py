@@ -91,11 +91,6 @@ def _patchify(candidate):
 # --- 07.2 shifted-window attention --------------------------------------------------------------
 
 
-def _attend(block: SwinBlock) -> torch.Tensor:
-    """The library's attention sub-layer of ``block`` (its name changed in the API clean-up)."""
-    return getattr(block, "attend_windows", None) or block.attend
-
-
 def _windowed(block: SwinBlock, x, *, first: int, back: int | None, mask: bool = True):
     """Window attention with the grid rolled by ``-first`` before and ``-back`` after
     (``back=None``: not rolled back), with or without the region mask."""
@@ -116,13 +111,13 @@ def _windowed(block: SwinBlock, x, *, first: int, back: int | None, mask: bool =
 @register("07.2", title="Shifted-window attention")
 def _shifted(candidate):
     torch.manual_seed(0)
-    block = SwinBlock(8, 8, 2, 4, 2).eval()  # 8×8 tokens, 4×4 windows, shift 2
+    block = SwinBlock(8, 8, 2, 4, shift=2).eval()  # 8×8 tokens, 4×4 windows, shift 2
     x = randn(2, 64, 8, seed=4)  # (B, H·W, C)
     call = "shifted_window_attention(block, x)"
     with torch.no_grad():
         got = expect_tensor(call, candidate(block, x), floating=True)
         expect_shape(call, got, x.shape, "(B, H·W, C): one output per token")
-        expected = _attend(block)(x)  # (B, H·W, C)
+        expected = block.attend_windows(x)  # (B, H·W, C)
         if matches(got, expected):
             return
         s = block.shift
@@ -258,7 +253,7 @@ def _naive(candidate):
         call = f"seasonal_naive(history ({b}, {lookback}), horizon={horizon}, period={period})"
         got = expect_tensor(call, candidate(history, horizon, period), floating=True)
         expect_shape(call, got, (b, horizon), "(B, horizon): one forecast per future step")
-        expected = seasonal_naive(history, horizon, period=period)
+        expected = seasonal_naive(history, horizon=horizon, period=period)
         if matches(got, expected):
             continue
         index = torch.arange(horizon) % period

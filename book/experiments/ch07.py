@@ -256,7 +256,7 @@ def swin_stack(
     shift = window // 2 if shifted else 0
     return nn.Sequential(
         *[
-            SwinBlock(d_model, grid, num_heads, window, shift if i % 2 else 0)
+            SwinBlock(d_model, grid, num_heads, window, shift=shift if i % 2 else 0)
             for i in range(num_blocks)
         ]
     )
@@ -507,8 +507,8 @@ def forecast_split(
     n_train, n_val = int(train_frac * n), int((train_frac + val_frac) * n)
     mean, std = float(values[:n_train].mean()), float(values[:n_train].std())
     z = ((values - mean) / std).float()  # (T,)
-    history, target = sliding_windows(z, lookback, horizon)  # (N, L), (N, H)
-    phases, _ = sliding_windows(phase, lookback, horizon)  # (N, L)
+    history, target = sliding_windows(z, lookback=lookback, horizon=horizon)  # (N, L), (N, H)
+    phases, _ = sliding_windows(phase, lookback=lookback, horizon=horizon)  # (N, L)
     first_target = torch.arange(history.shape[0]) + lookback  # (N,) time of target 0
     last_target = first_target + horizon - 1
 

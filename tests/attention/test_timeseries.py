@@ -42,9 +42,9 @@ def test_sliding_windows_equal_a_python_loop(length, lookback, horizon):
     series = torch.arange(length) * 10
     if length < lookback + horizon:
         with pytest.raises(ValueError, match="too short"):
-            sliding_windows(series, lookback, horizon)
+            sliding_windows(series, lookback=lookback, horizon=horizon)
         return
-    hist, target = sliding_windows(series, lookback, horizon)
+    hist, target = sliding_windows(series, lookback=lookback, horizon=horizon)
     s = series.tolist()
     expect_h = [s[i : i + lookback] for i in range(length - lookback - horizon + 1)]
     expect_t = [s[i + lookback : i + lookback + horizon] for i in range(len(expect_h))]
@@ -55,7 +55,7 @@ def test_sliding_windows_equal_a_python_loop(length, lookback, horizon):
 @given(period=st.integers(1, 8), extra=st.integers(0, 8), horizon=st.integers(1, 20))
 def test_seasonal_naive_repeats_the_last_period(period, extra, horizon):
     history = _history(3, period + extra, seed=period)
-    got = seasonal_naive(history, horizon, period=period)
+    got = seasonal_naive(history, horizon=horizon, period=period)
     lookback = period + extra
     for b in range(3):
         for t in range(horizon):
@@ -65,18 +65,20 @@ def test_seasonal_naive_repeats_the_last_period(period, extra, horizon):
 def test_seasonal_naive_is_exact_on_a_periodic_series_and_lags_a_trend_by_one_period():
     t = torch.arange(60, dtype=torch.float64)
     periodic = torch.sin(2 * torch.pi * t / 12)
-    hist, target = sliding_windows(periodic, 36, 12)
-    torch.testing.assert_close(seasonal_naive(hist, 12, period=12), target)
+    hist, target = sliding_windows(periodic, lookback=36, horizon=12)
+    torch.testing.assert_close(seasonal_naive(hist, horizon=12, period=12), target)
     trend = 0.5 * t
-    hist, target = sliding_windows(trend, 36, 12)
-    torch.testing.assert_close(target - seasonal_naive(hist, 12, period=12), 6.0 + 0 * target)
+    hist, target = sliding_windows(trend, lookback=36, horizon=12)
+    torch.testing.assert_close(
+        target - seasonal_naive(hist, horizon=12, period=12), 6.0 + 0 * target
+    )
 
 
 def test_seasonal_naive_refuses_a_period_longer_than_the_history():
     with pytest.raises(ValueError, match="period \\(13\\) must be at most the lookback"):
-        seasonal_naive(_history(2, 12), 4, period=13)
+        seasonal_naive(_history(2, 12), horizon=4, period=13)
     with pytest.raises(ValueError, match="history must have 2 dimensions"):
-        seasonal_naive(torch.randn(12), 4, period=4)
+        seasonal_naive(torch.randn(12), horizon=4, period=4)
 
 
 # --------------------------------------------------------------------------------------------
@@ -94,14 +96,14 @@ def test_moving_average_trend_equals_an_explicit_float64_average(kernel):
             # positions outside the series take the nearest end value
             vals = [x[b, min(max(j, 0), 16)] for j in range(i - pad, i + pad + 1)]
             expected[b, i] = sum(vals) / kernel
-    torch.testing.assert_close(moving_average_trend(x, kernel), expected)
+    torch.testing.assert_close(moving_average_trend(x, kernel_size=kernel), expected)
 
 
 def test_dlinear_is_two_linear_maps_of_trend_and_remainder():
     torch.manual_seed(0)
     model = DLinear(20, 6, kernel_size=5).double()
     x = _history(4, 20, dtype=torch.float64)
-    trend = moving_average_trend(x, 5)
+    trend = moving_average_trend(x, kernel_size=5)
     expected = (
         trend @ model.trend.weight.T
         + model.trend.bias
@@ -120,7 +122,7 @@ def test_dlinear_refuses_an_even_kernel_and_a_wrong_lookback():
     with pytest.raises(ValueError, match="kernel_size must be odd"):
         DLinear(20, 6, kernel_size=4)
     with pytest.raises(ValueError, match="must be odd"):
-        moving_average_trend(_history(1, 5), 2)
+        moving_average_trend(_history(1, 5), kernel_size=2)
     with pytest.raises(ValueError, match=r"history must have shape \(B, 20\)"):
         DLinear(20, 6, kernel_size=5)(_history(2, 19))
 

@@ -176,7 +176,7 @@ def test_receptive_field_of_one_block_is_the_window():
 
 
 def test_layer_cost_of_a_window_block_is_linear_in_the_tokens():
-    costs = [ch07.layer_cost(SwinBlock(8, s, 1, 4, 2), s, 8, timed=False) for s in (4, 8, 16)]
+    costs = [ch07.layer_cost(SwinBlock(8, s, 1, 4, shift=2), s, 8, timed=False) for s in (4, 8, 16)]
     assert [c.tokens for c in costs] == [16, 64, 256]
     assert ch07.growth([c.flops for c in costs]) == [4.0, 4.0]
     assert ch07.growth([1, 3, 6]) == [3.0, 2.0]

@@ -6,6 +6,9 @@
 - :func:`pydoc_text`: Python's own ``pydoc_data.topics`` (the help texts of the language
   reference, ≈ 465 k characters of English), for character-level language models;
   :class:`CharVocab` maps it to token ids.
+- :func:`co2_monthly`: the Mauna Loa CO₂ record bundled with statsmodels (weekly, March 1958 to
+  December 2001), as monthly means with each month's calendar position: a real series with a
+  strong trend and a strong yearly cycle, for forecasting.
 """
 
 from __future__ import annotations
@@ -102,3 +105,31 @@ def char_windows(ids: Tensor, *, length: int, batch_size: int, generator: torch.
     offsets = torch.arange(length + 1)  # (L+1,)
     windows = ids[starts[:, None] + offsets]  # (B, L+1)
     return windows[:, :-1], windows[:, 1:]
+
+
+@dataclass(frozen=True)
+class MonthlySeries:
+    """A monthly series: ``values (T,)`` float64, ``month (T,)`` int64 (0 = January … 11 =
+    December, the calendar position of each value), the first month as ``"YYYY-MM"``."""
+
+    values: Tensor
+    month: Tensor
+    start: str
+    unit: str
+
+
+def co2_monthly() -> MonthlySeries:
+    """Atmospheric CO₂ at Mauna Loa in ppm, monthly, March 1958 – December 2001 (526 months).
+
+    statsmodels ships the weekly record (2 284 weeks, Keeling and Whorf's flask and continuous
+    measurements) inside the package: ``statsmodels.datasets.co2``. The 59 missing weeks are
+    filled by linear interpolation in time, then the weeks are averaged per calendar month.
+    """
+    from statsmodels.datasets import co2  # reads a CSV file inside the package
+
+    weekly = co2.load_pandas().data["co2"]  # pandas Series indexed by week
+    monthly = weekly.interpolate(method="time").resample("MS").mean()
+    values = torch.tensor(monthly.to_numpy(), dtype=torch.float64)  # (T,)
+    month = torch.tensor(monthly.index.month.to_numpy() - 1, dtype=torch.int64)  # (T,)
+    start = f"{monthly.index[0].year:04d}-{monthly.index[0].month:02d}"
+    return MonthlySeries(values, month, start, "ppm")

@@ -39,3 +39,18 @@ def test_char_windows_shift_targets_by_one():
     assert torch.equal(y, x + 1)
     with pytest.raises(ValueError, match="longer than length"):
         char_windows(ids[:5], length=10, batch_size=1, generator=torch.Generator())
+
+
+def test_co2_monthly_is_the_bundled_mauna_loa_record_with_a_trend_and_a_yearly_cycle():
+    from book.data import co2_monthly
+
+    s = co2_monthly()
+    assert s.start == "1958-03" and s.unit == "ppm"
+    assert s.values.shape == s.month.shape == (526,)  # March 1958 .. December 2001
+    assert s.values.dtype == torch.float64 and not bool(s.values.isnan().any())
+    assert s.month[:3].tolist() == [2, 3, 4] and s.month[-1] == 11  # March, April, ...
+    assert torch.equal(s.month, (torch.arange(526) + 2) % 12)  # no month skipped
+    assert 310 < float(s.values[:12].mean()) < 320 < 360 < float(s.values[-12:].mean()) < 375
+    # The yearly cycle: within each full year, the May peak stands above the October trough.
+    years = s.values[10 : 10 + 12 * 43].view(43, 12)  # Jan .. Dec, 1959 .. 2001
+    assert bool((years[:, 4] > years[:, 9] + 3).all())

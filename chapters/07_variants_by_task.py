@@ -723,7 +723,7 @@ fig.tight_layout()
 # learning rate was chosen from $\{10^{-3}, 3 \cdot 10^{-3}, 10^{-2}\}$ by the validation error
 # of seed 0, for the LSTM and, to be fair, for the plain Transformer; the others use
 # $3 \cdot 10^{-3}$.
-
+#
 # **Thresholds, from the claim**, for every series: "as good as" = a mean test MSE at most
 # `AS_GOOD` = 10 % above the plain Transformer's; "steadier" = a smaller range (max − min)
 # over the seeds; the claim holds on a series if the LSTM or the TCN is as good or steadier.

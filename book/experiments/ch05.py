@@ -531,3 +531,34 @@ def assert_c19_linear_learns_slower(
     assert max(linear_accuracy) > C19_SOLVED_ABOVE, (
         f"no linear seed learned the task: {list(linear_accuracy)} (a ceiling, not speed)"
     )
+
+
+class MaskedAttnFn:
+    """``attn_fn``: dense attention (torch's fused kernel) restricted by another variant's
+    may-attend mask, ``variant.allowed(L)``. It computes the same function as the variant's own
+    kernel (``tests/book/test_experiments_ch05.py`` checks the kernels against exactly this),
+    at dense cost: for experiments about *what a pattern can learn*, where the efficient
+    kernel's Python loops would only slow training down. Costs are measured on the kernels."""
+
+    def __init__(self, variant) -> None:
+        if not callable(getattr(variant, "allowed", None)):
+            raise TypeError(
+                f"variant must have an allowed(seq_len) method, got {type(variant).__name__}"
+            )
+        self.variant = variant
+        self._masks: dict[int, Tensor] = {}
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask=None, causal=False) -> Tensor:
+        _no_mask("MaskedAttnFn", mask, causal)
+        n = q.shape[-2]
+        if n not in self._masks:
+            self._masks[n] = self.variant.allowed(n)  # (L, L)
+        allowed = self._masks[n].to(q.device)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+    def allowed(self, seq_len: int) -> Tensor:
+        """The variant's mask ``(L, L)``, bool, ``True`` = may attend."""
+        return self.variant.allowed(seq_len)
+
+    def __repr__(self) -> str:
+        return f"MaskedAttnFn({self.variant!r})"

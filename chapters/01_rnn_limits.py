@@ -150,7 +150,7 @@ assert torch.allclose(unrolled_lstm(cell, x_small), fused(x_small)[0], atol=1e-6
 # The sections below measure both halves of the picture.
 
 # %%
-rnn_chain_vs_attention();
+rnn_chain_vs_attention()
 
 # %% [markdown]
 # **The running example.** Throughout the chapter, sequences are 500 tokens long and the
@@ -581,7 +581,7 @@ axes[1].axhline(C3_USES_SIGNAL, color="tab:red", linestyle=":", zorder=5,
 axes[1].tick_params(axis="x", labelsize=7, rotation=60)
 axes[1].set_ylim(0, 1.05)
 axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-fig.tight_layout();
+fig.tight_layout()
 
 # %%
 for name, accs in acc_c3.items():
@@ -719,7 +719,7 @@ ax = plot_lines(
 )
 ax.scatter([0], [control_path[0]], color="tab:green", zorder=5,
            label="per-token control: a path from its own token only")  # fmt: skip
-ax.legend(loc="upper left");
+ax.legend(loc="upper left")
 record_claim(
     "C4",
     claim="Attention shortens the path between any two positions from O(n) steps to 1",

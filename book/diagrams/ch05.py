@@ -10,7 +10,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import torch
 
-from book.diagrams import arrow, box, caption, grid, new_diagram
+from book.diagrams import caption, grid, new_diagram
 from book.experiments.ch05 import BigBirdAttnFn, LinearAttnFn, SlidingWindowAttnFn
 
 L = 16  # tokens in the drawings
@@ -18,12 +18,12 @@ L = 16  # tokens in the drawings
 
 def attention_patterns() -> plt.Figure:
     """The ``(L, L)`` may-attend masks of full attention, a ±2 window, the window with one
-    global token, BigBird (blocks of 4) and linear attention (every pair, no table)."""
+    global token, BigBird (blocks of 2) and linear attention (every pair, no table)."""
     patterns = {
         "full: n² scores": torch.ones(L, L, dtype=torch.bool),
         "window ±2": SlidingWindowAttnFn(2, 2).allowed(L),
         "window ±2 + global token 8": SlidingWindowAttnFn(2, 2, global_positions=(8,)).allowed(L),
-        "BigBird, blocks of 4": BigBirdAttnFn(4, window=1, n_global=1, n_random=1).allowed(L),
+        "BigBird, blocks of 2": BigBirdAttnFn(2, window=1, n_global=1, n_random=1).allowed(L),
         "linear: every pair": LinearAttnFn().allowed(L),
     }
     cell = 0.16
@@ -66,7 +66,6 @@ def window_reach_by_depth() -> plt.Figure:
     )
     grid(ax, (4.2, 2.4), rows, cell=cell, cmap="Oranges", row_labels=names,
          col_labels=[str(j) for j in range(L)], caption="input position j (dark: reached)")  # fmt: skip
-    box(ax, (1.2, -0.55), "window: +2 per layer", size=(2.2, 0.4))
-    arrow(ax, (2.4, -0.55), (4.1, -0.55))
-    caption(ax, (7.2, -0.55), "global token: 2 layers reach everything (it relays)", fontsize=8)
+    caption(ax, (7.1, -0.55), "window: 2 more positions per layer; a global token relays "
+            "everything in 2 layers", fontsize=8)  # fmt: skip
     return fig

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 from torch import nn
 
 from book.experiments.gradients import (
+    gradient_vs_distance,
     layer_rounds,
     path_lengths,
     recurrence_rounds,
     sequential_depth,
-    gradient_vs_distance,
 )
 
 FAST = settings(max_examples=25, deadline=None)

@@ -19,7 +19,7 @@
 # promise on one running example and then pays the bill. The example is a long "document"
 # whose opening names a topic and whose very last token draws a conclusion; whether the
 # conclusion is consistent depends on both, with a few hundred tokens of filler in between.
-# We count how many steps separate the two tokens inside a model and measure the gradient
+# We measure how many steps separate the two tokens inside a model and the gradient
 # that links them; we train a one-layer attention model and look at where its last token
 # looks; we measure, byte by byte, what the $n \times n$ table of scores costs as documents
 # grow; and we swap in four cheaper attention patterns — a sliding window, a window with a
@@ -29,8 +29,8 @@
 # %% [markdown]
 # **Learning goals.** After this chapter you can
 #
-# - count the operations between two tokens in an RNN and in attention, and explain why one
-#   grows with the distance and the other does not;
+# - measure the path between two tokens in an RNN and in attention (in rounds of mixing, from
+#   per-token Jacobians), and explain why one grows with the distance and the other does not;
 # - say what "the gradient does not vanish with distance" does and does not promise (it is
 #   diluted by the length instead);
 # - read a trained model's attention row and tell a long-range link from filler;
@@ -378,6 +378,7 @@ def train(attn_fn, seed: int, desc: str):
 
 dense_runs = {seed: train(torch_sdpa, seed, f"full attention, seed {seed}") for seed in SEEDS}
 dense_run, model = dense_runs[0], dense_runs[0].model
+print(model)  # the chapter's model, as trained (defined by classifier() above)
 
 # %%
 ax = plot_lines(
@@ -389,7 +390,7 @@ ax = plot_lines(
     markers=False,
 )
 reference_line(ax, math.log(2), "chance: ln 2")
-ax.legend(fontsize=8, loc="lower left")
+legend = ax.legend(fontsize=8, loc="lower left")
 
 # %% [markdown]
 # The loss sits at chance ($\ln 2$) for a while — the model must first find the topic among
@@ -729,7 +730,7 @@ fig.tight_layout()
 # The patterns, drawn from the wrappers' own masks on a short sequence:
 
 # %%
-attention_patterns()
+fig = attention_patterns()
 
 # %% [markdown]
 # ### What can the conclusion see?
@@ -839,7 +840,11 @@ assert_c19_blind_at_chance({"window ±8": [acc["window ±8"], acc_long["window �
 for name in ("window ±8", "BigBird, blocks of 8"):  # reach predicts accuracy, at both lengths
     assert abs(acc[name] - predicted[name]) < 0.1, name
     assert abs(acc_long[name] - predicted_512[name]) < 0.1, name
-acc_full, acc_window, acc_bigbird = acc["full attention"], acc["window ±8"], acc["BigBird, blocks of 8"]
+acc_full, acc_window, acc_bigbird = (
+    acc["full attention"],
+    acc["window ±8"],
+    acc["BigBird, blocks of 8"],
+)
 record_claim(
     "C19 BigBird",
     claim="Block-sparse attention keeps part of the reach at O(n) cost",
@@ -860,7 +865,7 @@ record_claim(
 # (`reach_after` composes a mask with itself, one application per layer):
 
 # %%
-window_reach_by_depth()
+fig = window_reach_by_depth()
 
 # %% [markdown]
 # So the real test of "reach decides" is depth: a model whose reach, after all its layers,
@@ -871,7 +876,8 @@ window_reach_by_depth()
 # first 8, the conclusion last. Two patterns, each at a depth that is blind and one that
 # reaches the whole span:
 #
-# - **window ±12**: one layer reaches back 12 positions (blind), three layers 36 (all of it);
+# - **window ±12**: one layer reaches back 12 positions (blind), three layers three times as
+#   far (all of it);
 # - **window ±4 + global token 16** (a filler in the middle, not the read-out): one layer is
 #   blind, two layers reach everything through the global token.
 #
@@ -911,8 +917,14 @@ def deep_classifier(variant, layers):
 
 depth_runs = {
     (name, seed): train_classifier(
-        lambda v=variant, n=layers: deep_classifier(v, n), short_documents, steps=STEPS,
-        batch_size=BATCH, lr=LR, seed=seed, progress=True, desc=f"{name}, seed {seed}",
+        lambda v=variant, n=layers: deep_classifier(v, n),
+        short_documents,
+        steps=STEPS,
+        batch_size=BATCH,
+        lr=LR,
+        seed=seed,
+        progress=True,
+        desc=f"{name}, seed {seed}",
     )  # fmt: skip
     for name, (variant, layers, seeds) in depth_configs.items()
     for seed in seeds
@@ -1212,9 +1224,10 @@ claims_table()
 #   not a symmetric relation.
 # - Dense attention's memory and FLOPs grow exactly 4× per doubling of the length; the score
 #   table is what runs out first.
-# - Cheaper patterns keep exactly the reach their mask allows: a window alone loses a distant
-#   topic, a global read-out token restores it, BigBird keeps what its blocks cover. Draw the
-#   mask row of the token that decides before training anything.
+# - Cheaper patterns keep the reach their mask allows, composed over the layers: a window
+#   alone loses a distant topic, depth or a global token can bring it back — but only if the
+#   model learns the relay — and BigBird keeps what its blocks cover. Draw the mask row of the
+#   token that decides, after all layers, before training anything.
 #
 # ## Exercises
 #

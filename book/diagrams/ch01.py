@@ -48,7 +48,7 @@ def rnn_chain_vs_attention() -> plt.Figure:
         box(ax, (x, 2.2), f"y_{t}", size=(0.8, 0.5), color=COLORS["query"])
     for j, xj in enumerate(xs):  # every token feeds the last output directly
         arrow(ax, (xj, 0.65), (xs[-1], 1.95), color="tab:red" if j == 0 else "0.45")
-    for t, xt in enumerate(xs[:-1]):  # and every other output (drawn faint)
+    for xt in xs[:-1]:  # and every other output (drawn faint)
         arrow(ax, (xs[0], 0.65), (xt, 1.95), color="0.8")
     box(ax, (xs[-1], 3.5), "read-out", size=(1.0, 0.5), color=COLORS["output"])
     arrow(ax, (xs[-1], 2.45), (xs[-1], 3.25))

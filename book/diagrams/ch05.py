@@ -38,8 +38,8 @@ def attention_patterns() -> plt.Figure:
         grid(ax, (x0, 2.9), mask.float().numpy(), cell=cell, cmap="Blues", caption=name)
         kept = int(mask.sum())
         caption(ax, (x0 + L * cell / 2, -0.35), f"{kept} of {L * L} pairs", fontsize=8)
-    caption(ax, (0.5 + 4 * 3.4 + L * cell / 2, -0.85),
-            "weights φ(q)·φ(k): rank ≤ d,\ncomputed as φ(Q)(φ(K)ᵀV), no table", fontsize=7)  # fmt: skip
+    linear_note = "weights φ(q)·φ(k): rank ≤ d,\ncomputed as φ(Q)(φ(K)ᵀV), no table"
+    caption(ax, (0.5 + 4 * 3.4 + L * cell / 2, -0.85), linear_note, fontsize=7)
     caption(ax, (0.3, 3.15), "rows: queries, columns: keys", ha="left", fontsize=7)
     return fig
 
@@ -64,8 +64,16 @@ def window_reach_by_depth() -> plt.Figure:
         ylim=(-0.9, 3.0),
         width=10,
     )
-    grid(ax, (4.2, 2.4), rows, cell=cell, cmap="Oranges", row_labels=names,
-         col_labels=[str(j) for j in range(L)], caption="input position j (dark: reached)")  # fmt: skip
+    grid(
+        ax,
+        (4.2, 2.4),
+        rows,
+        cell=cell,
+        cmap="Oranges",
+        row_labels=names,
+        col_labels=[str(j) for j in range(L)],
+        caption="input position j (dark: reached)",
+    )
     caption(ax, (7.1, -0.55), "window: 2 more positions per layer; a global token relays "
             "everything in 2 layers", fontsize=8)  # fmt: skip
     return fig

@@ -395,8 +395,7 @@ legend = ax.legend(fontsize=8, loc="lower left")
 # %% [markdown]
 # The loss sits at chance ($\ln 2$) for a while — the model must first find the topic among
 # 127 other tokens, with the diluted gradient of section 5.2 — and then drops to zero once
-# the conclusion learns where to look. Some runs pause on a second plateau near 0.35 on the
-# way: about half the documents solved, the rest still guessed (the table below shows why
+# the conclusion learns where to look. Some runs pause on a second plateau on the way: about half the documents solved, the rest still guessed (the table below shows why
 # documents come in such groups). We test each model on fresh documents of the training
 # length **and four times longer** — no model saw a 512-token document in training — and then
 # switch its layer to the reference attention, which returns the weights (the same
@@ -436,7 +435,7 @@ for seed in SEEDS:
 # Where does the conclusion look? Each row of the next figure is the conclusion's attention
 # row (the last query) in one 512-token document, one panel per head; the row label gives the
 # document's topic and conclusion, and a red circle marks where its topic token sits. We show
-# the first 160 keys (the topic is always among the first 128); the other 352 are filler.
+# the first 160 keys (the topic is always among the first 128); the rest are filler.
 
 # %%
 n_show = 12

@@ -434,7 +434,8 @@ record_claim(
 
 # %% [markdown]
 # **Verdict: reproduced**, as a statement about dependencies: every recurrent network, fused
-# or not, needs $n$ rounds one after another; attention needs one, at every length. The timings add an
+# or not, needs $n$ rounds one after another; attention needs one, at every length. The
+# timings add an
 # honest footnote. They were taken on one CPU thread, where there is no parallel hardware to
 # exploit at all, so attention's $O(n^2)$ work shows: compare the slope of its curve with the
 # LSTMs' in the right panel (a slope of 2 on log–log axes is quadratic, 1 is linear), and see
@@ -637,8 +638,11 @@ mean_row = last_row.mean(0)  # (L,)
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), gridspec_kw={"width_ratios": [1.6, 1]})
 axes[0].axvspan(-0.5, 4.5, color="orange", alpha=0.3, label="signal (positions 0–4)")
 axes[0].plot(range(SEQ_LEN), mean_row, label="mean attention weight of position 499")
-axes[0].set(title="Trained attention classifier: where the read-out position looks",
-            xlabel="key position (tokens)", ylabel="attention weight (mean over 256 sequences)")  # fmt: skip
+axes[0].set(
+    title="Trained attention classifier: where the read-out position looks",
+    xlabel="key position (tokens)",
+    ylabel="attention weight (mean over 256 sequences)",
+)
 axes[0].legend(fontsize=8, loc="upper right")
 zoom = 20
 axes[1].bar(range(zoom), mean_row[:zoom], color=["tab:orange"] * 5 + ["tab:blue"] * (zoom - 5))

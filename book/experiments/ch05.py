@@ -562,3 +562,23 @@ class MaskedAttnFn:
 
     def __repr__(self) -> str:
         return f"MaskedAttnFn({self.variant!r})"
+
+
+def c19_global_verdict(accuracies: dict[str, Sequence[float]], predicted: dict[str, float]) -> str:
+    """The verdict on "global tokens restore the reach": ``"not reproduced"`` when a blind
+    configuration beats chance (the mask leaks) or no seed of any configuration that can
+    reach the topic beats chance (the remedy gave nothing within the budget);
+    ``"reproduced"`` when every seed of every such configuration solves the task (above
+    :data:`C19_SOLVED_ABOVE`); ``"partly"`` in between."""
+    blind = [n for n, p in predicted.items() if p == 0.5]
+    sighted = [n for n, p in predicted.items() if p > 0.5]
+    if not sighted:
+        raise ValueError("no configuration can reach the topic: nothing to judge")
+    if any(max(accuracies[n]) >= C19_CHANCE_BELOW for n in blind):
+        return "not reproduced"
+    seeds = [a for n in sighted for a in accuracies[n]]
+    if all(a < C19_CHANCE_BELOW for a in seeds):
+        return "not reproduced"
+    if all(a > C19_SOLVED_ABOVE for a in seeds):
+        return "reproduced"
+    return "partly"

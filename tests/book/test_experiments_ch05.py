@@ -25,6 +25,7 @@ from book.experiments.ch05 import (
     assert_c19_blind_at_chance,
     assert_c19_linear_learns_slower,
     attention_maps,
+    c19_global_verdict,
     c19_reach_verdict,
     document_vocab_size,
     fit_power,
@@ -429,3 +430,22 @@ def test_c19_linear_assert_fails_when_linear_is_as_fast_or_never_learns():
         assert_c19_linear_learns_slower([40, 50, 60], [None, None, None], [0.5, 0.55, 0.6])
     with pytest.raises(AssertionError, match="full attention did not solve"):
         assert_c19_linear_learns_slower([40, None, 60], [90, 100, 110], [1.0, 1.0, 1.0])
+
+
+def test_c19_global_verdict_follows_the_seeds():
+    predicted = {"1 layer": 0.5, "2 layers": 1.0}
+    assert c19_global_verdict({"1 layer": [0.5], "2 layers": [1.0, 0.99, 0.95]}, predicted) == (
+        "reproduced"
+    )
+    assert c19_global_verdict({"1 layer": [0.5], "2 layers": [1.0, 0.5, 0.5]}, predicted) == (
+        "partly"
+    )
+    # What chapter 5 measured: the relay was never learned within the budget.
+    assert c19_global_verdict({"1 layer": [0.5], "2 layers": [0.46, 0.52, 0.5]}, predicted) == (
+        "not reproduced"
+    )
+    assert c19_global_verdict({"1 layer": [0.9], "2 layers": [1.0]}, predicted) == (
+        "not reproduced"
+    )
+    with pytest.raises(ValueError, match="nothing to judge"):
+        c19_global_verdict({"1 layer": [0.5]}, {"1 layer": 0.5})

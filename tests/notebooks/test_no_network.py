@@ -52,7 +52,7 @@ PROBE = textwrap.dedent(
     for label, call in (
         ("resolve", lambda: socket.getaddrinfo("example.com", 80)),
         ("create_connection", lambda: socket.create_connection(("example.org", 80), timeout=3)),
-        ("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("192.0.2.9", 53))),
+        ("udp", lambda: socket.socket(type=socket.SOCK_DGRAM).sendto(b"x", ("192.0.2.9", 53))),
     ):
         try:
             call()

@@ -136,6 +136,9 @@ class CharDecoder(nn.Module):
         self.causal = check_bool("causal", causal)
         self.embed = nn.Embedding(vocab_size, d_model)
         self.pos = LearnedPositionalEmbedding(max_len, d_model)
+        # nn.Embedding starts tokens at N(0, 1); GPT-2's N(0, 0.02) positions would be ~50x
+        # weaker and slow to learn on the book's short runs. Match the scales.
+        nn.init.normal_(self.pos.weight, std=1.0)
         self.blocks = nn.ModuleList(
             DecoderBlock(
                 d_model,

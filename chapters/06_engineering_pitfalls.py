@@ -22,7 +22,7 @@
 # and, because the article leaves it for "later", adds the trade-off that dominates inference:
 # the key/value cache of a decoder, with multi-head, grouped-query and multi-query attention.
 #
-# Everything runs on two CPU cores in about a minute. The language model of section 6.1 is a
+# Everything runs on two CPU cores, with every model kept tiny. The language model of section 6.1 is a
 # one-block character model trained on real English text that ships with Python itself
 # (`pydoc_data.topics`, the help texts of the language reference): no download, and a text a
 # reader can open.
@@ -321,6 +321,8 @@ ch06.assert_c22_padding_invariance(drift[True], drift[False], atol=ATOL)
 # %%
 EVAL_PADS = [0, 4, 8, 16, 32]
 DROP = 0.2
+print(f"sequences of {ch06.CLS_MIN_LEN} to {ch06.CLS_MAX_LEN} tokens, up to "
+      f"{ch06.CLS_TRAIN_PAD} extra pads in training")  # fmt: skip
 classifiers = over_seeds(ch06.train_padding_classifier, SEEDS, progress=True, desc="seeds")
 acc = {masked: [ch06.accuracy_vs_padding(m, EVAL_PADS, masked=masked) for m in classifiers]
        for masked in (True, False)}  # fmt: skip
@@ -600,6 +602,7 @@ ch06.assert_equal_to_package(mine, package)
 # %%
 LAYERS = 4
 NS = [128, 256, 512, 1024]
+print("thresholds:", ch06.C24_THRESHOLDS)
 peaks = {m: [] for m in ch06.MEMORY_METHODS}
 for n in progress(NS, desc="n"):
     for method in ch06.MEMORY_METHODS:

@@ -233,6 +233,7 @@ def test_every_memory_method_computes_the_same_outputs_and_gradients():
             torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_peak_memory_orders_the_methods():
     peaks = {m: ch06.peak_memory(m, 1024, layers=2) for m in ch06.MEMORY_METHODS}
     n2_bytes = 2 * 1024 * 1024 * 4  # one (B=1, H=2, n, n) float32 matrix

@@ -22,10 +22,10 @@
 # and, because the article leaves it for "later", adds the trade-off that dominates inference:
 # the key/value cache of a decoder, with multi-head, grouped-query and multi-query attention.
 #
-# Everything runs on two CPU cores, with every model kept tiny. The language model of section 6.1 is a
-# one-block character model trained on real English text that ships with Python itself
-# (`pydoc_data.topics`, the help texts of the language reference): no download, and a text a
-# reader can open.
+# Everything runs on two CPU cores, with every model kept tiny. The language model of
+# section 6.1 is a one-block character model trained on real English text that ships with
+# Python itself (`pydoc_data.topics`, the help texts of the language reference): no
+# download, and a text a reader can open.
 
 # %% [markdown]
 # **Learning goals.** After this chapter you can

@@ -684,12 +684,12 @@ print("same tokens:", torch.equal(cached.tokens, recomputed.tokens), "| largest 
 # %% [markdown]
 # Then size and speed for the three kinds of attention, on decoders of the chapter's width
 # with 4 query heads and 4, 2 or 1 key/value heads (untrained: speed does not depend on the
-# weights), generating 224 tokens after a 32-token prompt. Sizes are computed from the
-# formula and read from the cache's tensors; times are the fastest of three runs (shown, not
-# asserted: they depend on the machine and its load).
+# weights), generating `KV_LEN - KV_PROMPT` tokens after a prompt of `KV_PROMPT`. Sizes
+# are computed from the formula and read from the cache's tensors; times are the fastest of
+# two runs (shown, not asserted: they depend on the machine and its load).
 
 # %%
-KV_LEN, KV_PROMPT = 256, 32
+KV_LEN, KV_PROMPT = 160, 32
 kv_rows = {}
 for kind, h_kv in progress([("MHA", 4), ("GQA", 2), ("MQA", 1)], desc="attention kind"):
     dec = ch06.build_decoder(data.vocab.size, causal=True, seed=0, num_kv_heads=h_kv,

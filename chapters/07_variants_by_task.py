@@ -651,8 +651,8 @@ record_claim(
 #   possible error: the noise.
 #
 # Each forecaster sees the last 36 months and predicts the next 12. The split is in time, as
-# it must be for forecasting: the first 70 % of each series trains, the next 10 % validates,
-# the last 20 % tests, and the values are standardised with the mean and standard deviation
+# it must be for forecasting: the first seven tenths of each series trains (the `0.7` of the
+# split below), the next tenth validates, the last fifth tests, and the values are standardised with the mean and standard deviation
 # of the training part only. Errors are mean squared errors in those standardised units.
 
 # %%

@@ -416,7 +416,7 @@ record_claim(
 # %% [markdown]
 # This is why the bug survives so well in practice: a model first written and debugged with
 # one head, then scaled to several, changes behaviour at exactly the moment nobody is
-# looking. Whether a single-head check can catch the remaining two is the subject of 8.5.
+# looking. Whether a single-head check can catch the remaining two is the subject of section 8.5.
 #
 # ### Does it ruin training?
 #

@@ -213,7 +213,7 @@ print(f"d_model {D_MODEL}, {NUM_HEADS} heads of width {D_MODEL // NUM_HEADS}, d_
 # order. Three seeds per configuration.
 #
 # The threshold for a "working classifier", set from the claim before the run: **every seed
-# at least 85 % right**, eight and a half times chance (10 %).
+# at an accuracy of at least 0.85**, eight and a half times chance (10 %).
 
 # %%
 WORKING_ACCURACY = 0.85

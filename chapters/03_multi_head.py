@@ -54,15 +54,18 @@ from attention.heads import MultiHeadAttention, merge_heads, split_heads
 from book.claims import claims_table, record_claim
 from book.experiments.ch03 import (
     SOFTMAX_FLOPS_PER_SCORE,
+    assert_c9a_heads_split_without_new_parameters,
+    assert_c10_rises_then_falls,
     kv_cache_bytes,
     mha_flops,
     pair_token_names,
     pairs_batch,
     train_pairs,
 )
+from book.experiments.seeds import SEEDS, spread
 from book.experiments.training import torch_threads
 from book.measure.timing import min_seconds
-from book.plotting import plot_heads, plot_lines, set_style
+from book.plotting import plot_heads, plot_lines, plot_spread, reference_line, set_style
 
 set_style()
 torch.manual_seed(0)
@@ -447,15 +450,21 @@ print(f"encoder layer (attention + FFN):  {n_params(bert_layer):>11,}")
 print(f"BERT-base (12 layers + embeddings + pooler): {bert_base_total:,}")
 
 # %%
-assert n_params(bert_attention) == 4 * (768 * 768 + 768) == 2_362_368
-assert n_params(one_wide_head) == n_params(torch_bert_attention) == n_params(bert_attention)
+# torch.nn.MultiheadAttention is an implementation written independently of the package.
+assert_c9a_heads_split_without_new_parameters(
+    768,
+    {"12 heads": n_params(bert_attention), "1 head": n_params(one_wide_head)},
+    independent=n_params(torch_bert_attention),
+)
+assert n_params(bert_attention) == 2_362_368
 assert 12 * 4 * 768 * 64 == 4 * 768**2
 assert n_params(bert_layer) == 7_087_872
 assert bert_base_total == 109_482_240  # the "110M" of the BERT paper
 record_claim(
     "C9a",
     claim="BERT-base: d_model 768 split into 12 heads of d_k 64",
-    experiment="parameter count of the package's layers (and torch's) at BERT-base's shape",
+    experiment="a configuration fact, counted: the package's layers at BERT-base's shape with "
+    "12 heads and 1 head, checked against torch.nn.MultiheadAttention's independent count",
     verdict="reproduced",
     measured=f"attention layer {n_params(bert_attention):,} parameters for 12 heads and for 1 "
     f"head; encoder layer {n_params(bert_layer):,}; whole model {bert_base_total:,}",
@@ -612,13 +621,18 @@ record_claim(
 #
 # **Our experiment.** We cannot train $d_\text{model} = 512$ models here, so we scale the
 # question down: the two-relation task, $d_\text{model} = 32$ fixed, $h \in \{1, 2, 4, 8,
-# 16\}$ (head width 32 down to 2), two seeds each, the same 300 steps for every run. We report
-# the accuracy on held-out sequences (fresh data: "validation") and the final training loss
-# (how well the model fits).
+# 16\}$ (head width 32 down to 2), three seeds each (the book's `SEEDS`), the same 300 steps
+# for every run. We report the accuracy on held-out sequences (fresh data: "validation") and
+# the final training loss (how well the model fits).
+#
+# **The test, fixed before the run.** "Rises, then falls" means: the head count with the best
+# mean accuracy is neither the smallest nor the largest we try, and it beats *both* ends by at
+# least `C10_MARGIN` = 0.1 in mean accuracy (ten points, a gap no reader would call noise).
+# `assert_c10_rises_then_falls` checks exactly that.
 
 # %%
 HEADS = (1, 2, 4, 8, 16)
-SEEDS = (0, 1)
+C10_MARGIN = 0.1  # from the claim: the interior optimum beats both ends by ten points
 for h in HEADS:
     for seed in SEEDS:
         if (h, seed) not in runs:
@@ -634,6 +648,7 @@ ablation = {
         "previous": sum(runs[h, s].accuracy[0] for s in SEEDS) / len(SEEDS),
         "partner": sum(runs[h, s].accuracy[1] for s in SEEDS) / len(SEEDS),
         "both": sum(runs[h, s].mean_accuracy for s in SEEDS) / len(SEEDS),
+        "both per seed": [runs[h, s].mean_accuracy for s in SEEDS],
         "final loss": sum(final_loss(runs[h, s]) for s in SEEDS) / len(SEEDS),
     }
     for h in HEADS
@@ -641,19 +656,24 @@ ablation = {
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-plot_lines(
+plot_spread(
     list(HEADS),
-    {rel: [ablation[h][rel] for h in HEADS] for rel in ("previous", "partner", "both")},
-    title="C10: held-out accuracy vs head count (d_model 32)",
+    {
+        "previous": [[runs[h, s].accuracy[0] for s in SEEDS] for h in HEADS],
+        "partner": [[runs[h, s].accuracy[1] for s in SEEDS] for h in HEADS],
+        "both": [ablation[h]["both per seed"] for h in HEADS],
+    },
+    title=f"C10: held-out accuracy vs head count (d_model 32, {len(SEEDS)} seeds)",
     xlabel="number of heads h (head width 32 / h)",
-    ylabel="accuracy (mean of 2 seeds)",
+    ylabel="accuracy (mean, min–max bars)",
     logx=True,
     ax=axes[0],
 )
-axes[0].axhline(1 / 8, color="grey", ls=":", lw=1)
-plot_lines(
+reference_line(axes[0], 1 / 8, "chance, one digit (1/8)")
+axes[0].legend(loc="lower center", fontsize=8)
+plot_spread(
     list(HEADS),
-    {"final training loss": [ablation[h]["final loss"] for h in HEADS]},
+    {"final training loss": [[final_loss(runs[h, s]) for s in SEEDS] for h in HEADS]},
     title="C10: fit after 300 steps",
     xlabel="number of heads h (head width 32 / h)",
     ylabel="cross-entropy, last 50 steps (nats)",
@@ -678,11 +698,10 @@ for h in HEADS:
     )
 
 # %%
-assert ablation[2]["both"] > 0.97 and ablation[4]["both"] > 0.97  # the middle solves it ...
-assert ablation[1]["both"] < 0.7  # ... too few heads: one relation at chance
-assert ablation[16]["both"] < 0.75  # ... too many, too narrow heads: underfit
-assert ablation[16]["final loss"] > 0.5 and ablation[1]["final loss"] > 0.5
-assert ablation[8]["final loss"] > 3 * max(ablation[2]["final loss"], ablation[4]["final loss"])
+best_h = assert_c10_rises_then_falls(
+    {h: ablation[h]["both per seed"] for h in HEADS}, margin=C10_MARGIN
+)
+print(f"best head count h = {best_h}: mean accuracy {ablation[best_h]['both']:.3f}")
 
 # %% [markdown]
 # The curve rises and falls. One head cannot serve two relations (section 3.4). Two and four
@@ -715,18 +734,19 @@ for h, run in control.items():
     )
 
 # %%
-assert min(control[2].accuracy) > 0.95  # two heads still solve both relations ...
-assert final_loss(control[16]) > max(0.3, 5 * final_loss(control[2]))  # ... 16 fit worse
+# One seed per head count: a control of direction only (narrow heads fit worse), no size.
+assert final_loss(control[16]) > final_loss(control[2])
 assert control[16].mean_accuracy < control[2].mean_accuracy
 record_claim(
     "C10",
     claim="At fixed d_model, quality first rises then falls with the head count (h 8 best at "
     "d_model 512; h 16, d_k 32, underfits)",
-    experiment="two-relation task, d_model 32, h in {1, 2, 4, 8, 16}, 2 seeds, 300 steps each; "
-    "held-out accuracy and final training loss; control without RoPE",
+    experiment="two-relation task, d_model 32, h in {1, 2, 4, 8, 16}, 3 seeds, 300 steps each; "
+    "held-out accuracy (mean, min-max) and final training loss; interior optimum must beat both "
+    "ends by 0.1; control without RoPE (1 seed)",
     verdict="partly",
-    measured="held-out accuracy (both digits) "
-    + ", ".join(f"h={h}: {ablation[h]['both']:.3f}" for h in HEADS)
+    measured="held-out accuracy (both digits, mean over seeds) "
+    + ", ".join(f"h={h}: {spread(ablation[h]['both per seed']).format('.3f')}" for h in HEADS)
     + f"; final loss h=4 {ablation[4]['final loss']:.3f}, h=8 {ablation[8]['final loss']:.3f}, "
     f"h=16 {ablation[16]['final loss']:.3f}; without RoPE (600 steps) accuracy h=2 "
     f"{control[2].mean_accuracy:.3f}, h=16 {control[16].mean_accuracy:.3f}",
@@ -735,10 +755,11 @@ record_claim(
 # %% [markdown]
 # Without rotary embeddings the sixteen narrow heads still fit worse than the two wide ones
 # within the same budget, so the penalty is not only RoPE's. It is milder, though, and *which*
-# relation suffers changes with the positional scheme (compare the printouts). While writing
-# the chapter we repeated this control with two more seeds: the gap pointed the same way every
-# time but varied in size, down to a model that had nearly caught up by step 600 — narrow
-# heads are slower to fit here, not necessarily unable to.
+# relation suffers changes with the positional scheme (compare the printouts). The control
+# is one seed per head count, so it shows that the gap *can* appear without RoPE, not how
+# large it is on average; and since a loss gap after a fixed budget measures speed as much
+# as capacity, the safe reading is that narrow heads are slower to fit here, not necessarily
+# unable to. (Exercise material: rerun the control with `seed=1` and `seed=2`.)
 #
 # **Verdict on C10: partly reproduced.** The shape of the claim holds at our scale — an
 # interior optimum, underfitting when heads get too narrow — but the location does not

@@ -652,8 +652,9 @@ record_claim(
 #
 # Each forecaster sees the last 36 months and predicts the next 12. The split is in time, as
 # it must be for forecasting: the first seven tenths of each series trains (the `0.7` of the
-# split below), the next tenth validates, the last fifth tests, and the values are standardised with the mean and standard deviation
-# of the training part only. Errors are mean squared errors in those standardised units.
+# split below), the next tenth validates, the last fifth tests, and the values are
+# standardised with the mean and standard deviation of the training part only. Errors are
+# mean squared errors in those standardised units.
 
 # %%
 co2 = co2_monthly()

@@ -52,6 +52,7 @@ from attention.blocks import EncoderLayer
 from attention.functional import scaled_dot_product_attention
 from attention.heads import MultiHeadAttention, merge_heads, split_heads
 from book.claims import claims_table, record_claim
+from book.diagrams.ch03 import split_attend_concat
 from book.experiments.ch03 import (
     SOFTMAX_FLOPS_PER_SCORE,
     assert_c9a_heads_split_without_new_parameters,
@@ -133,8 +134,8 @@ assert not torch.equal(fetch(order_a, two_heads), fetch(order_b, two_heads))
 # %% [markdown]
 # The printout lists the non-zero features of each output (feature: value). With one head,
 # both orders give features 3 and 5 at one half each: nothing says which digit was the
-# previous token. With two heads, head 0 fills features 0–7 and head 1 features 8–15, so
-# "previous = 3" (feature 3) and "previous = 5" (feature 5) stay distinct. A
+# previous token. With two heads, head 0 fills the first eight features and head 1 the next
+# eight, so "previous = 3" (feature 3) and "previous = 5" (feature 5) stay distinct. A
 # single head could still learn *one* of the two relations perfectly; it is the combination it
 # cannot deliver. Section 3.4 trains models on exactly this situation.
 
@@ -154,12 +155,14 @@ assert not torch.equal(fetch(order_a, two_heads), fetch(order_b, two_heads))
 # $B = 1$, $L = 10$ tokens, $d_\text{model} = 12$, $h = 4$ heads, $d_k = 3$. Instead of
 # inventing weights, we create the package's layer (without biases, for readable formulas) and
 # redo its computation by hand with its weight matrices. `nn.Linear` stores a weight as
-# (out, in), so $W = $ `weight.T` in the book's $xW$ convention.
+# (out, in), so $W = $ `weight.T` in the book's $xW$ convention. The diagram shows the
+# four stages for these sizes; the cells after it walk through them.
 
 # %%
 tokens = ["the", "cat", "sat", "on", "the", "mat", "because", "it", "was", "tired"]
 B, L, D, H = 1, len(tokens), 12, 4
 D_HEAD = D // H
+split_attend_concat(d_model=D, num_heads=H, seq_len=L)
 
 gen = torch.Generator().manual_seed(3)
 vocab = sorted(set(tokens))
@@ -202,8 +205,8 @@ assert torch.equal(q, split_heads(Q, num_heads=H))  # the package's helper does 
 # $(B, h, L, d_k)$ also gives the right shape and raises no error, but it cuts the *flat*
 # memory of the $(L, D)$ matrix into $h$ consecutive blocks of $L d_k$ numbers: the first
 # "head" then holds all features of the first tokens (here tokens 0, 1 and half of 2), not a
-# slice of every token. Token 0 of head 1 is, in fact, a piece of token 2 (of the 120
-# numbers, head 1's block starts at number 30: token 2, feature 6):
+# slice of every token. Token 0 of head 1 is, in fact, a piece of token 2 (of the $L \cdot D$
+# numbers, head 1's block starts at number $L d_k$ = 30: token 2, feature 6):
 
 # %%
 wrong_q = Q.reshape(B, H, L, D_HEAD)  # (B, H, L, d_k): right shape, wrong content
@@ -511,6 +514,8 @@ print("partner at:     ", " ".join(f"{int(p):>3}" for p in example.partner[0]))
 runs = {}  # (num_heads, seed) -> PairsRun; section 3.5 adds more
 for h in (1, 2, 4):
     runs[h, 0] = train_pairs(num_heads=h, seed=0, progress=True)
+print(runs[2, 0].model)  # the model trained here (2 heads): every module and its sizes
+print(f"parameters: {sum(p.numel() for p in runs[2, 0].model.parameters()):,}")
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 4))
@@ -523,10 +528,9 @@ plot_lines(
     ax=ax,
     markers=False,
 )
-ax.axhline(math.log(8), color="grey", ls=":", lw=1)
-ax.axhline(math.log(8) / 2, color="grey", ls="--", lw=1)
-ax.text(200, math.log(8) + 0.05, "chance: ln 8", fontsize=8)
-ax.text(200, math.log(8) / 2 + 0.05, "one relation solved", fontsize=8)
+reference_line(ax, math.log(8), "chance: ln 8")
+reference_line(ax, math.log(8) / 2, "one relation solved: ½ ln 8", color="0.6")
+ax.legend(fontsize=8, loc="upper right")
 fig.tight_layout()
 
 # %%
@@ -931,10 +935,11 @@ claims_table()
 #
 # ## Exercises
 #
-# `exercises/03_multi_head.ipynb` has five: split heads and merge heads (the checks recognise
-# the usual `view`/`transpose` mistakes); the parameter count of an attention layer with
-# MHA, GQA or MQA; the size of a KV cache; and a multi-head forward pass written from its four
-# weight matrices. Check your answers in the notebook, or all at once with `make check CH=03`.
+# Your workbook `my-exercises/03_multi_head.ipynb` (`make lab` copies it there) has five:
+# split heads and merge heads (the checks recognise the usual `view`/`transpose` mistakes);
+# the parameter count of an attention layer with MHA, GQA or MQA; the size of a KV cache; and
+# a multi-head forward pass written from its four weight matrices. Check your answers in the
+# notebook, or all at once with `make check CH=03`.
 #
 # ## Further reading
 #

@@ -61,6 +61,7 @@ from attention.positional import (
     sinusoidal_encoding,
 )
 from book.claims import claims_table, record_claim
+from book.diagrams.ch04 import rope_rotation
 from book.experiments.ch04 import (
     assert_c14_quality_drops_past_training_length,
     assert_c15_rope_extrapolates_better,
@@ -297,7 +298,8 @@ counter = torch.arange(64)
 bits = ((counter.unsqueeze(1) >> torch.arange(6)) & 1).float()  # (64, 6): bit 0 first
 small_table = sinusoidal_encoding(64, 12, base=64.0)  # (64, 12): slowest pair ~ 6 bits
 fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
-axes[0].imshow(bits, aspect="auto", cmap="Greys", interpolation="nearest")
+bit_image = axes[0].imshow(bits, aspect="auto", cmap="Greys", interpolation="nearest")
+fig.colorbar(bit_image, ax=axes[0], ticks=[0, 1], label="bit value")
 axes[0].set_title("Binary counter: bit j of the position")
 axes[0].set_xlabel("bit j (0 = least significant)")
 image = axes[1].imshow(
@@ -499,10 +501,10 @@ assert learned_params[2] == 393_216  # BERT-base: 512 positions × 768
 assert sinusoidal_params == 0 and rope_params == 0
 
 # %% [markdown]
-# For BERT-base that is 393,216 parameters, small next to its ~110 million, so cost is not
-# the real issue. The hard limit is. Ask a table of 32 positions for a 33rd — directly, or
-# through an `offset` as when generating one token at a time with a cache — and the package
-# refuses with an error that says why:
+# For BERT-base that is 393,216 parameters, well under one percent of the whole model
+# (chapter 3 counts it), so cost is not the real issue. The hard limit is. Ask a table of
+# 32 positions for a 33rd — directly, or through an `offset` as when generating one token
+# at a time with a cache — and the package refuses with an error that says why:
 
 # %% tags=["NBVAL_CHECK_OUTPUT"]
 table32 = LearnedPositionalEmbedding(max_len=32, d_model=16)
@@ -536,8 +538,16 @@ for attempt, call in (
 #   = \operatorname{Re}\!\left[q\,\bar k\, e^{i(m-n)\theta}\right],$$
 #
 # which contains $m$ and $n$ only through $m - n$. Summed over the pairs, that is the dot
-# product $q_m\cdot k_n$. Here is RoPE written from scratch with complex numbers, checked
-# against the package's `apply_rope`.
+# product $q_m\cdot k_n$. The diagram draws one pair: turning the query by $m\theta$ and the
+# key by $n\theta$ changes the angle between them by $(m - n)\theta$, and the dot product
+# depends only on that angle (and the two lengths, which a rotation keeps).
+
+# %%
+rope_rotation()
+
+# %% [markdown]
+# Here is RoPE written from scratch with complex numbers, checked against the package's
+# `apply_rope`.
 
 
 # %%
@@ -628,8 +638,8 @@ assert rope_params == 0  # nothing to learn (section 4.4)
 # look-back question: *which token stood three places before the last one?* Tokens are
 # random among 16; the answer is one of 16 classes (chance: 1/16 ≈ 0.06). A model that
 # has learned "attend three positions back from the last token" can answer at any length; a
-# model that has learned "from position 31, attend to position 28" cannot. To rule out that
-# shortcut, training lengths vary uniformly from 8 to 32 tokens.
+# model that has learned "from position 31, attend to the position three before it" cannot.
+# To rule out that shortcut, training lengths vary uniformly from 8 to 32 tokens.
 #
 # **The model** is the package's `SequenceClassifier`: one pre-LN encoder layer, 2 heads,
 # $d_\text{model} = 32$, reading the answer off the last token (`pooling="last"`). Five
@@ -701,6 +711,15 @@ accuracy_seeds = {
 }
 
 # %% [markdown]
+# The model we trained, printed (the RoPE variant; the others differ only in `positional`
+# and in the position table it adds), with each variant's parameter count:
+
+# %%
+print(models["RoPE"])
+for name, model in models.items():
+    print(f"{name:>20}: {sum(p.numel() for p in model.parameters()):,} parameters")
+
+# %% [markdown]
 # First, did every variant learn the task at the lengths it was trained on?
 
 # %%
@@ -718,8 +737,8 @@ ax = plot_lines(
     logy=True,
     markers=False,
 )
-ax.axhline(math.log(16), color="grey", linestyle=":", linewidth=1)
-_ = ax.annotate("chance: ln 16", (STEPS * 0.72, math.log(16) * 1.1), color="grey")
+reference_line(ax, math.log(16), "chance: ln 16")
+ax.legend(fontsize=8, loc="lower left")
 
 # %%
 print("accuracy on fresh sequences, seed 0; training lengths were 8-32 ('-' = the model refuses)")
@@ -835,10 +854,11 @@ for ax, n in zip(axes, (32, 128), strict=True):
         ax=ax,
         markers=False,
     )
-    ax.axvline(OFFSET, color="grey", linestyle=":", linewidth=1)
+    ax.axvline(OFFSET, color="0.3", linestyle="--", linewidth=1.2, zorder=5,
+               label=f"distance {OFFSET}: the answer")  # fmt: skip
     if n > TRAIN_MAX:
         ax.axvspan(TRAIN_MAX, n - 1, color="red", alpha=0.08, label="distances never trained")
-        ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper right")
 fig.tight_layout()
 
 # %%
@@ -1006,10 +1026,11 @@ claims_table()
 # %% [markdown]
 # ## Exercises
 #
-# `exercises/04_positional_encoding.ipynb` has five: build the sinusoidal table from its
-# formula; compute the wavelength of a channel pair; build the shift matrix $M_k$; implement
-# RoPE's rotate-half rotation; and count BERT-base's position parameters. Check your answers
-# in the notebook, or all at once with `make check CH=04`.
+# Your workbook `my-exercises/04_positional_encoding.ipynb` (`make lab` copies it there) has
+# five: build the sinusoidal table from its formula; compute the wavelength of a channel pair;
+# build the shift matrix $M_k$; implement RoPE's rotate-half rotation; and count BERT-base's
+# position parameters. Check your answers in the notebook, or all at once with `make check
+# CH=04`.
 #
 # ## Further reading
 #

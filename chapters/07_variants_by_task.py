@@ -1259,11 +1259,11 @@ claims_table()
 #
 # ## Exercises
 #
-# `exercises/07_variants_by_task.ipynb` has five: cut images into patch tokens (in the order
-# the patch embedding expects); write Swin's shifted-window attention (and roll it back);
-# write CLIP's symmetric loss (both directions); count the attention scores of a ViT layer;
-# and write the seasonal-naive forecast. Check your answers in the notebook, or all at once
-# with `make check CH=07`.
+# Your workbook `my-exercises/07_variants_by_task.ipynb` (`make lab` copies it there) has
+# five: cut images into patch tokens (in the order the patch embedding expects); write Swin's
+# shifted-window attention (and roll it back); write CLIP's symmetric loss (both directions);
+# count the attention scores of a ViT layer; and write the seasonal-naive forecast. Check your
+# answers in the notebook, or all at once with `make check CH=07`.
 #
 # ## Further reading
 #

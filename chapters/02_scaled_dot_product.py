@@ -48,6 +48,7 @@ from attention.functional import scaled_dot_product_attention
 from book.claims import claims_table, record_claim
 from book.diagrams.ch02 import five_steps
 from book.experiments.ch02 import (
+    RetrievalModel,
     dot_product_scores,
     dot_product_stats,
     saturation_stats,
@@ -626,6 +627,13 @@ record_claim(
 # Two reference levels help read the losses: $\ln 64 \approx 4.16$ (guessing among all
 # values) and $\ln 8 \approx 2.08$ (guessing among the eight values present: roughly the best
 # a model can do without matching the query to the right key).
+
+# %%
+# The model trained below, printed (train_retrieval builds exactly this, once per run):
+with torch.random.fork_rng():  # leaves the global random state as it was
+    retrieval_model = RetrievalModel(64, 64, 64, 512, scaled=True)  # keys, values, d_model, d_k
+print(retrieval_model)
+print(f"parameters: {sum(p.numel() for p in retrieval_model.parameters()):,}")
 
 # %%
 STEPS = 400

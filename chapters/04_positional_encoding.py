@@ -805,8 +805,9 @@ print(f"RoPE mean accuracy at 128 tokens (4x the training length): {mean_acc['Ro
 #   rows training never touched: an untrained row is noise, not a position.
 # - The **sinusoidal** model runs at any length — its table is a formula — but its accuracy
 #   collapses from perfect to near chance already at 1.5 times the training length.
-# - **RoPE** holds up best just past the training lengths, yet it too falls towards chance
-#   by four times the training length.
+# - **RoPE** holds up best just past the training lengths (mean 0.78 at 48 tokens over three
+#   seeds, the worst seed 0.67), with a wide spread between seeds further out (0.34 to 0.84
+#   at 64 tokens), and it too falls towards chance by four times the training length.
 #
 # Why the difference between sinusoidal and RoPE, and why does RoPE fail at all? The two
 # explanations to separate are *new absolute positions* and *new distances*. We can pull
@@ -938,8 +939,11 @@ record_claim(
 #
 # **Verdict on C15: partly reproduced.** The exact parts hold exactly: scores depend on
 # $m - n$ only, and RoPE has no parameters. "Extrapolates better" holds *relative to the
-# other encodings*: just past the training lengths RoPE keeps most of its accuracy where the
-# sinusoidal and learned models have none, and it is immune to a mere shift of positions.
+# other encodings*: just past the training lengths RoPE keeps most of its accuracy (mean 0.78
+# at 48 tokens, 0.56 at 64, over three seeds) where the sinusoidal and learned models have
+# almost none (0.11 and 0.19 for the sinusoidal one), and it is immune to a mere shift of
+# positions. How much it keeps depends on the seed, though: at 64 tokens one seed kept 0.34,
+# another 0.84.
 # But at four times the training length it fails too, and the diagnosis is clear: attention
 # drifts to distances never trained. This matches what the ALiBi paper (Press et al., 2022)
 # and later studies report for RoPE models trained without any length-extension trick. We

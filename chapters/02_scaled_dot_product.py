@@ -241,7 +241,7 @@ record_claim(
 # with the code).
 
 # %%
-five_steps(len(tokens), d_model, d_k, d_v)
+_ = five_steps(len(tokens), d_model, d_k, d_v)
 
 # %% [markdown]
 # **Step 1 — project.** Three matrix products give the queries, keys and values of all
@@ -313,7 +313,7 @@ torch.testing.assert_close(z_torch[0, 0], Z)
 print("hand-written = attention.functional = torch.nn.functional: ✓")
 
 # %%
-plot_attention(
+_ = plot_attention(
     A,
     x_labels=tokens,
     y_labels=tokens,

@@ -162,7 +162,7 @@ assert not torch.equal(fetch(order_a, two_heads), fetch(order_b, two_heads))
 tokens = ["the", "cat", "sat", "on", "the", "mat", "because", "it", "was", "tired"]
 B, L, D, H = 1, len(tokens), 12, 4
 D_HEAD = D // H
-split_attend_concat(d_model=D, num_heads=H, seq_len=L)
+_ = split_attend_concat(d_model=D, num_heads=H, seq_len=L)
 
 gen = torch.Generator().manual_seed(3)
 vocab = sorted(set(tokens))

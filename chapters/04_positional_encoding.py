@@ -543,7 +543,7 @@ for attempt, call in (
 # depends only on that angle (and the two lengths, which a rotation keeps).
 
 # %%
-rope_rotation()
+_ = rope_rotation()
 
 # %% [markdown]
 # Here is RoPE written from scratch with complex numbers, checked against the package's
@@ -738,7 +738,7 @@ ax = plot_lines(
     markers=False,
 )
 reference_line(ax, math.log(16), "chance: ln 16")
-ax.legend(fontsize=8, loc="lower left")
+_ = ax.legend(fontsize=8, loc="lower left")
 
 # %%
 print("accuracy on fresh sequences, seed 0; training lengths were 8-32 ('-' = the model refuses)")

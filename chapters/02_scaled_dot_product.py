@@ -426,6 +426,9 @@ plot_lines(
     logy=True,
     ax=axes[0],
 )
+theory = axes[0].lines[0]  # the theory line: on top of the measurements, dashed, so it shows
+theory.set(zorder=5, linestyle="--", color="black", linewidth=1.2, marker="none")
+axes[0].legend()
 bins = torch.linspace(-100, 100, 81)  # score bins
 centres = ((bins[1:] + bins[:-1]) / 2).tolist()
 densities = {}
@@ -538,10 +541,11 @@ plot_lines(
     ax=axes[1],
 )
 for ax in axes:
-    ax.axvline(1.0, color="grey", ls=":", lw=1)
-    ax.axvline(math.sqrt(512), color="grey", ls="--", lw=1)
-axes[1].text(1.05, 1e-4, "scaled (std 1)", fontsize=8)
-axes[1].text(math.sqrt(512) * 1.05, 1e-2, "unscaled,\nd_k = 512", fontsize=8)
+    ax.axvline(1.0, color="grey", ls=":", lw=1, zorder=5, label="scaled scores (std 1)")
+    ax.axvline(math.sqrt(512), color="grey", ls="--", lw=1, zorder=5,
+               label="unscaled, d_k = 512 (std √512)")  # fmt: skip
+axes[0].legend(fontsize=8, loc="center left")
+axes[1].legend(fontsize=8, loc="lower left")
 fig.tight_layout()
 
 # %% [markdown]

@@ -651,9 +651,10 @@ record_claim(
 #   possible error: the noise.
 #
 # Each forecaster sees the last 36 months and predicts the next 12. The split is in time, as
-# it must be for forecasting: the first 70 % of each series trains, the next 10 % validates,
-# the last 20 % tests, and the values are standardised with the mean and standard deviation
-# of the training part only. Errors are mean squared errors in those standardised units.
+# it must be for forecasting: the first seven tenths of each series trains (the `0.7` of the
+# split below), the next tenth validates, the last fifth tests, and the values are
+# standardised with the mean and standard deviation of the training part only. Errors are
+# mean squared errors in those standardised units.
 
 # %%
 co2 = co2_monthly()
@@ -1258,11 +1259,11 @@ claims_table()
 #
 # ## Exercises
 #
-# `exercises/07_variants_by_task.ipynb` has five: cut images into patch tokens (in the order
-# the patch embedding expects); write Swin's shifted-window attention (and roll it back);
-# write CLIP's symmetric loss (both directions); count the attention scores of a ViT layer;
-# and write the seasonal-naive forecast. Check your answers in the notebook, or all at once
-# with `make check CH=07`.
+# Your workbook `my-exercises/07_variants_by_task.ipynb` (`make lab` copies it there) has
+# five: cut images into patch tokens (in the order the patch embedding expects); write Swin's
+# shifted-window attention (and roll it back); write CLIP's symmetric loss (both directions);
+# count the attention scores of a ViT layer; and write the seasonal-naive forecast. Check your
+# answers in the notebook, or all at once with `make check CH=07`.
 #
 # ## Further reading
 #

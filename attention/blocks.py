@@ -16,6 +16,7 @@ from ._checks import (
     check_choice,
     check_divisible,
     check_float,
+    check_module_input,
     check_positive_int,
     check_probability,
     check_rank,
@@ -69,7 +70,7 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
 
     def forward(self, x: Tensor) -> Tensor:
-        check_float("x", x)
+        check_module_input("x", x, self)
         if x.dim() < 1 or x.shape[-1] != self.d_model:
             raise ValueError(
                 f"x must have last dim d_model={self.d_model}, expected shape (..., "

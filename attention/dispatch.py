@@ -71,7 +71,7 @@ def torch_sdpa(
     scale = check_scale(scale)
     b, h, lq, _ = query.shape
     lk = key.shape[-2]
-    check_mask(mask, (b, h, lq, lk))
+    check_mask(mask, (b, h, lq, lk), device=query.device)
     if mask is None:
         return F.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=scale)
 
@@ -169,7 +169,7 @@ def attend(
     check_bool("causal", causal)
     check_scale(scale)
     b, h, lq, e = query.shape
-    check_mask(mask, (b, h, lq, key.shape[-2]))
+    check_mask(mask, (b, h, lq, key.shape[-2]), device=query.device)
     if backend == "auto":
         backend = pick_backend(
             query.device,

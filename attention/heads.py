@@ -88,7 +88,7 @@ class SelfAttention(nn.Module):
         """
         check_tokens("x", x, self.d_model, dtype=self.w_q.weight.dtype)
         b, l, _ = x.shape
-        check_mask(mask, (b, 1, l, l))
+        check_mask(mask, (b, 1, l, l), device=x.device)
         q = self.w_q(x).unsqueeze(1)  # (B, 1, L, d_k): a single head
         k = self.w_k(x).unsqueeze(1)  # (B, 1, L, d_k)
         v = self.w_v(x).unsqueeze(1)  # (B, 1, L, d_k)
@@ -192,7 +192,7 @@ class MultiHeadAttention(nn.Module):
                 )
         b, lq, _ = x.shape
         lk = context.shape[1]
-        check_mask(mask, (b, self.num_heads, lq, lk))
+        check_mask(mask, (b, self.num_heads, lq, lk), device=x.device)
         if need_weights and self.attn_fn is not None:
             raise ValueError(
                 "need_weights=True needs the reference attention, but attn_fn is set (an "

@@ -15,6 +15,7 @@ from torch.autograd.function import once_differentiable
 
 from .._checks import (
     check_block_layout,
+    check_generator,
     check_positive_int,
     check_qkv,
     compute_dtype,
@@ -53,6 +54,7 @@ def bigbird_layout(
     window = check_positive_int("window", window, allow_zero=True)
     n_global = check_positive_int("n_global", n_global, allow_zero=True)
     n_random = check_positive_int("n_random", n_random, allow_zero=True)
+    check_generator("generator", generator)
     if generator is None:
         generator = torch.Generator().manual_seed(0)
     a = torch.arange(n_blocks)[:, None]  # (n, 1) query blocks

@@ -94,7 +94,11 @@ def _query_block_forward(
         if blocked is not None:
             s.masked_fill_(blocked, float("-inf"))
         grow = s.amax(dim=-1, keepdim=True)  # (BH, nq, 1) how far the max moved
-        if float(grow.max()) > RESCALE_THRESHOLD:  # rare after the first tiles
+        # One decision for the whole tile (rare after the first tiles; rescaling a row whose
+        # max did not move is a no-op). ``any(grow > T)`` ignores NaN rows, where
+        # ``max(grow) > T`` would be False for every row once one row is NaN, and the clean
+        # rows of other heads or batch elements would overflow in exp2.
+        if bool((grow > RESCALE_THRESHOLD).any()):
             grow.clamp_(min=0.0)
             s.sub_(grow)
             neg_max.sub_(grow)

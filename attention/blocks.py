@@ -311,6 +311,11 @@ class SequenceClassifier(nn.Module):
         if lengths is not None and keep is not None:
             raise ValueError("pass lengths or keep, not both (got both)")
         if lengths is None and keep is None:
+            if l == 0 and b > 0:  # mean pooling over no token would be 0 / 0 = NaN
+                raise ValueError(
+                    "every sequence needs at least one real token: got tokens of shape "
+                    f"{tuple(tokens.shape)} (seq length 0)"
+                )
             return torch.ones(b, l, dtype=torch.bool, device=tokens.device)
         if lengths is not None:
             check_tensor("lengths", lengths)

@@ -198,6 +198,8 @@ def block_sparse_attention(
     scale = resolve_scale(scale, e)
     if lq == 0 or lk == 0:  # no query, or no key to attend: the dense answer (empty or zeros)
         return scaled_dot_product_attention(query, key, value, scale=scale)
+    if b * h == 0:  # an empty batch or no heads: an empty result
+        return query.new_zeros(b, h, lq, value.shape[-1])
     out_dtype = query.dtype
     cdt = compute_dtype(out_dtype)
     q, k, v = (t.to(cdt) for t in (query, key, value))

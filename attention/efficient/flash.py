@@ -18,7 +18,11 @@ than ``exp``); scores go into one preallocated tile buffer and the running max i
 inside the ``baddbmm`` that computes them; ``exp2_``, ``baddbmm_`` work in place; the
 accumulator is rescaled only when a row max grew by more than ``2**8`` (FlashAttention-4's lazy
 rescaling: exact, because the final division uses the same reference max, and safe from
-overflow with that bound). With causal masking, tiles entirely in the future are skipped and
+overflow with that bound). The decision is taken once per tile for all the rows of every head
+(one branch instead of a masked rescale): when any row needs it, every row is rescaled, which
+is exact for each. A NaN row is ignored by that decision, so it cannot stop the rescaling
+that the clean rows of other heads or batch elements need; their outputs may then differ from
+a NaN-free call by rounding only. With causal masking, tiles entirely in the future are skipped and
 only tiles cut by the diagonal are masked. On a CPU with several threads, large calls give each
 thread its own heads (:func:`attention.efficient._threads.run_over_heads`). Measurements behind
 these choices: ``bench/README.md``, "Implementation notes".

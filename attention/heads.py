@@ -178,7 +178,10 @@ class MultiHeadAttention(nn.Module):
                 ``average_attn_weights=True`` (torch's name).
 
         Returns ``(B, Lq, D)`` (and the weights). A query with no allowed key gets a zero
-        attention output (then the output projection's bias).
+        attention output (then the output projection's bias). A padding mask acts on keys
+        only: a query at a padded position still attends the real keys and gets an ordinary
+        output, which is not zeroed (ignore those rows downstream, or multiply by the keep
+        mask: ``out * keep[..., None]``).
         """
         check_tokens("x", x, self.d_model, dtype=self.q_proj.weight.dtype)
         if context is None:

@@ -244,3 +244,37 @@ def test_modules_keep_batch_elements_apart(module):
     x[0, 0, 0] = float("nan")
     out = m(x)
     assert torch.equal(out[1], clean[1])
+
+
+# --------------------------------------------------------------------------------------------
+# Documented behaviour: ViT's LayerNorm eps, padded query rows
+# --------------------------------------------------------------------------------------------
+
+
+def test_vit_norm_eps_is_an_argument_and_the_default_is_unchanged():
+    from attention.vision import VisionTransformer
+
+    def build(**kw):
+        torch.manual_seed(0)
+        return VisionTransformer(8, 4, 3, 2, 8, 2, 1, 16, **kw)
+
+    norms = [m for m in build().modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert norms and all(m.eps == 1e-5 for m in norms)
+    norms = [m for m in build(norm_eps=1e-6).modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert all(m.eps == 1e-6 for m in norms)
+    x = torch.randn(2, 3, 8, 8)
+    assert torch.equal(build()(x), build(norm_eps=1e-5)(x))
+
+
+def test_padded_query_rows_keep_ordinary_outputs():
+    from attention.masks import padding_mask
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(2, 5, 8)
+    keep = padding_mask(torch.tensor([5, 3]))  # (B, 1, 1, L): sequence 1 has 2 padded tokens
+    out = mha(x, mask=keep)
+    assert torch.isfinite(out).all() and out[1, 3:].abs().sum() > 0  # not zeroed
+    # a padded query sees the real keys only, like any other query of its sequence
+    ref = mha(x[1:, :], context=x[1:, :3])
+    torch.testing.assert_close(out[1:], ref)

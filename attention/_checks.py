@@ -378,8 +378,7 @@ def check_float_dtype(name: str, dtype: object) -> torch.dtype:
         raise TypeError(f"{name} must be a torch.dtype, got {type(dtype).__name__} ({dtype!r})")
     if not dtype.is_floating_point:
         raise TypeError(
-            f"{name} must be a floating-point dtype (float16/bfloat16/float32/float64), got "
-            f"{dtype}"
+            f"{name} must be a floating-point dtype (float16/bfloat16/float32/float64), got {dtype}"
         )
     return dtype
 

@@ -15,7 +15,6 @@ from torch import nn
 from ._checks import (
     check_choice,
     check_divisible,
-    check_float,
     check_module_input,
     check_positive_int,
     check_probability,

@@ -171,7 +171,9 @@ def rope_angles(
             f"{tuple(positions.shape)}"
         )
     if positions.dtype == torch.bool or positions.is_complex():
-        raise TypeError(f"positions must be an integer or float tensor, got dtype {positions.dtype}")
+        raise TypeError(
+            f"positions must be an integer or float tensor, got dtype {positions.dtype}"
+        )
     if positions.dtype in (torch.float16, torch.bfloat16):
         # bfloat16 holds every integer only up to 256, float16 up to 2048: arange(4096) in
         # bfloat16 has 769 distinct values, so distinct tokens would share a rotation.

@@ -20,7 +20,6 @@ from torch import nn
 
 from ._checks import (
     check_divisible,
-    check_float,
     check_module_input,
     check_nonnegative_float,
     check_positive_int,

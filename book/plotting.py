@@ -56,7 +56,9 @@ def _as_array(name: str, weights: object, rank: int, layout: str) -> np.ndarray:
     if weights.dtype != np.bool_ and not (
         np.issubdtype(weights.dtype, np.integer) or np.issubdtype(weights.dtype, np.floating)
     ):
-        raise TypeError(f"{name} must hold real numbers, got a numpy array of dtype {weights.dtype}")
+        raise TypeError(
+            f"{name} must hold real numbers, got a numpy array of dtype {weights.dtype}"
+        )
     if weights.ndim != rank:
         raise ValueError(
             f"{name} must have {rank} dimensions {layout}, got {weights.ndim} with shape "
@@ -223,9 +225,7 @@ def plot_lines(
         x = _numbers(x_name, xs[label] if isinstance(xs, Mapping) else xs)
         y = _numbers(f"ys_by_label[{label!r}]", ys, allow_none=True)
         if len(x) != len(y):
-            raise ValueError(
-                f"ys_by_label[{label!r}] has {len(y)} values but its xs have {len(x)}"
-            )
+            raise ValueError(f"ys_by_label[{label!r}] has {len(y)} values but its xs have {len(x)}")
         marker = MARKERS[idx % len(MARKERS)] if markers else None
         ax.plot(x, y, marker=marker, label=str(label))
     if logx:

@@ -198,8 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             path, note = find_exercise(args.chapter, args.root / WORK_DIR)
     except READ_ERRORS as err:  # a twin that does not parse, met while choosing
-        print(f"error: cannot read the chapter's notebooks ({type(err).__name__}: {err})"
-              .splitlines()[0], file=sys.stderr)
+        reason = f"{type(err).__name__}: {err}".splitlines()[0]
+        print(f"error: cannot read the chapter's notebooks ({reason})", file=sys.stderr)
         return 2
     problem = notebook_problem(path)
     if problem is not None:

@@ -245,7 +245,10 @@ def main(argv: list[str] | None = None) -> int:
             status = 1
             continue
         except READ_ERRORS as err:  # e.g. a truncated exercise .ipynb in the output folder
-            print(f"error: {solution_py}: {type(err).__name__}: {err}".splitlines()[0], file=sys.stderr)
+            print(
+                f"error: {solution_py}: {type(err).__name__}: {err}".splitlines()[0],
+                file=sys.stderr,
+            )
             status = 1
             continue
         print(f"wrote {rel(written)} and {rel(written.with_suffix('.ipynb'))}")

@@ -82,7 +82,9 @@ CASES = {
         r"mask must be on the inputs' device",
     ),
     "MHA mask on another device": (
-        lambda: MultiHeadAttention(8, 2)(torch.zeros(1, 5, 8), mask=torch.ones(5, 5, dtype=torch.bool, device=META)),
+        lambda: MultiHeadAttention(8, 2)(
+            torch.zeros(1, 5, 8), mask=torch.ones(5, 5, dtype=torch.bool, device=META)
+        ),
         ValueError,
         r"mask must be on the inputs' device",
     ),
@@ -127,7 +129,9 @@ CASES = {
             "sdpa": lambda s: sdpa(Q, K, V, scale=s),
             "flash": lambda s: flash_attention(Q, K, V, scale=s),
             "chunked": lambda s: chunked_attention(Q, K, V, scale=s),
-            "sliding window": lambda s: sliding_window_attention(*_square(), left=1, right=1, scale=s),
+            "sliding window": lambda s: sliding_window_attention(
+                *_square(), left=1, right=1, scale=s
+            ),
             "block sparse": lambda s: block_sparse_attention(
                 *_square(), torch.ones(2, 2, dtype=torch.bool), block_size=4, scale=s
             ),
@@ -140,13 +144,21 @@ CASES = {
             ("str", "0.5", TypeError, r"scale must be a float or None, got str"),
         )
     },
-    "sdpa scale inf": (lambda: sdpa(Q, K, V, scale=INF), ValueError, r"scale must be finite, got inf"),
+    "sdpa scale inf": (
+        lambda: sdpa(Q, K, V, scale=INF),
+        ValueError,
+        r"scale must be finite, got inf",
+    ),
     "sdpa scale tensor": (
         lambda: sdpa(Q, K, V, scale=torch.tensor(0.5)),
         TypeError,
         r"scale must be a float or None, got Tensor",
     ),
-    "sdpa scale bool": (lambda: sdpa(Q, K, V, scale=True), TypeError, r"scale must be a float or None, got bool"),
+    "sdpa scale bool": (
+        lambda: sdpa(Q, K, V, scale=True),
+        TypeError,
+        r"scale must be a float or None, got bool",
+    ),
     # ---- generators and devices of the wrong type ------------------------------------------
     "sdpa generator an int": (
         lambda: sdpa(Q, K, V, dropout_p=0.5, training=True, generator=0),
@@ -449,7 +461,9 @@ EMPTY_VARIANTS = {
     "chunked": lambda q, k, v: chunked_attention(q, k, v, query_chunk=3, key_chunk=3),
     "sliding window": lambda q, k, v: sliding_window_attention(q, k, v, left=2, right=1),
     "block sparse": lambda q, k, v: block_sparse_attention(
-        q, k, v,
+        q,
+        k,
+        v,
         torch.ones(-(-q.shape[2] // 4), -(-k.shape[2] // 4), dtype=torch.bool),
         block_size=4,
     ),  # fmt: skip

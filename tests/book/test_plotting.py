@@ -220,7 +220,11 @@ def test_spread_plots_refuse_bad_input(call, match):
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda: plot_attention(torch.ones(0, 3)), ValueError, r"weights is empty \(shape \(0, 3\)\)"),
+        (
+            lambda: plot_attention(torch.ones(0, 3)),
+            ValueError,
+            r"weights is empty \(shape \(0, 3\)\)",
+        ),
         (lambda: plot_attention(np.zeros((2, 0))), ValueError, r"weights is empty"),
         (lambda: plot_heads(torch.ones(0, 2, 2)), ValueError, r"weights is empty"),
         (
@@ -283,6 +287,8 @@ def test_plotting_helpers_refuse_empty_and_non_numeric_input(call, error, match)
 
 
 def test_plot_lines_still_takes_tensors_numpy_and_gaps():
-    ax = plot_lines(torch.arange(3), {"a": [torch.tensor(1.0), np.float64(2.0), None]}, "t", "x", "y")
+    ax = plot_lines(
+        torch.arange(3), {"a": [torch.tensor(1.0), np.float64(2.0), None]}, "t", "x", "y"
+    )
     y = ax.lines[0].get_ydata()
     assert y[0] == 1.0 and y[1] == 2.0 and math.isnan(y[2])

@@ -30,6 +30,7 @@ from attention.efficient import (
     sliding_window_attention,
 )
 from attention.functional import scaled_dot_product_attention
+from attention.gpu.flex import flex_block_sparse, flex_sliding_window
 from attention.heads import MultiHeadAttention
 from attention.positional import (
     SinusoidalPositionalEncoding,
@@ -160,9 +161,25 @@ def test_float64_attention_paths_are_exact_to_float64_rounding():
         flash_attention(q, k, v, block_q=8, block_k=8),
         chunked_attention(q, k, v, query_chunk=8, key_chunk=8),
         attend(q, k, v, backend="reference"),
+        block_sparse_attention(q, k, v, torch.ones(5, 5, dtype=torch.bool), block_size=8),
+        sliding_window_attention(q, k, v, left=36, right=36),
+        probsparse_attention(q, k, v, factor=10),  # u >= L: every query selected, dense
     ):
         assert out.dtype == torch.float64
         torch.testing.assert_close(out, ref, rtol=1e-13, atol=1e-13)
+
+
+def test_float64_rope_angles_and_rotation_are_float64():
+    from attention.positional import apply_rope, rope_angles
+
+    pos = torch.arange(0, 70000, 997)
+    angles = rope_angles(pos, head_dim=8, dtype=torch.float64)
+    inv = torch.tensor([10000.0 ** (-i / 8) for i in (0, 2, 4, 6)], dtype=torch.float64)
+    assert torch.equal(angles, pos.double()[:, None] * inv)
+    x = torch.randn(1, 1, pos.numel(), 8, dtype=torch.float64)
+    y = apply_rope(x, positions=pos)
+    assert y.dtype == torch.float64
+    torch.testing.assert_close(y.norm(dim=-1), x.norm(dim=-1), rtol=1e-14, atol=1e-14)
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,6 +214,9 @@ VARIANTS = {
     "linear causal": lambda q, k, v: linear_attention(q, k, v, causal=True, chunk_size=5),
     "probsparse": lambda q, k, v: probsparse_attention(q, k, v, factor=1),
     "probsparse causal": lambda q, k, v: probsparse_attention(q, k, v, factor=1, causal=True),
+    # attention.gpu.flex on the CPU: its dense SDPA path (the flex kernel needs CUDA)
+    "flex sliding window": lambda q, k, v: flex_sliding_window(q, k, v, left=2, right=1),
+    "flex block sparse": lambda q, k, v: flex_block_sparse(q, k, v, _layout(2), block_size=4),
 }
 # Exact equality everywhere except flash, whose lazy rescale is decided once per tile for
 # every row (a row whose max moved a little is rescaled when another row's moved a lot):
@@ -204,7 +224,7 @@ VARIANTS = {
 ROUNDING_ONLY = {"flash", "flash causal", "attend flash"}
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     variant=st.sampled_from(sorted(VARIANTS)),
     where=st.sampled_from(["query", "key", "value"]),
@@ -278,3 +298,22 @@ def test_padded_query_rows_keep_ordinary_outputs():
     # a padded query sees the real keys only, like any other query of its sequence
     ref = mha(x[1:, :], context=x[1:, :3])
     torch.testing.assert_close(out[1:], ref)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
+@pytest.mark.parametrize("where", ["query", "key", "value"])
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_variant_keeps_other_batch_elements_and_heads_clean(variant, where, bad):
+    """The property, on every variant deterministically (the hypothesis test varies where)."""
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(2, 2, L, E, generator=g) * 3 for _ in range(3))
+    fn = VARIANTS[variant]
+    clean = fn(q, k, v)
+    poisoned = dict(query=q.clone(), key=k.clone(), value=v.clone())
+    poisoned[where][0, 0, L // 2, 1] = bad
+    out = fn(poisoned["query"], poisoned["key"], poisoned["value"])
+    for other in ((1, 0), (1, 1), (0, 1)):  # every (batch, head) but the poisoned one
+        if variant in ROUNDING_ONLY:
+            torch.testing.assert_close(out[other], clean[other], rtol=1e-5, atol=1e-6)
+        else:
+            assert torch.equal(out[other], clean[other]), (variant, where, other)

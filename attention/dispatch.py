@@ -31,7 +31,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_bool, check_choice, check_mask, check_qkv, check_scale
+from ._checks import (
+    check_bool,
+    check_choice,
+    check_device,
+    check_mask,
+    check_qkv,
+    check_scale,
+)
 from .efficient.flash import flash_attention
 from .functional import scaled_dot_product_attention
 from .masks import causal_mask, combine_masks, to_additive
@@ -100,6 +107,9 @@ def backend_unavailable_reason(
     ``device=None`` means the default device (CUDA if present, else the CPU).
     """
     check_choice("backend", backend, BACKENDS)
+    check_device("device", device)
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype or None, got {type(dtype).__name__}")
     if backend in ("reference", "torch", "flash"):  # pure PyTorch: any device, any dtype
         return None
     from .gpu.triton_flash import triton_unavailable_reason
@@ -123,6 +133,7 @@ def pick_backend(
     """What ``backend="auto"`` runs for these arguments (see the module docstring)."""
     from .gpu.triton_flash import MAX_HEAD_DIM, SUPPORTED_DTYPES
 
+    check_device("device", device)
     device = torch.device(device)
     value_dim = head_dim if value_dim is None else value_dim
     if (

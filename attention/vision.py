@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ._checks import (
+    check_device,
     check_divisible,
     check_module_input,
     check_nonnegative_float,
@@ -294,6 +295,7 @@ def shifted_window_mask(
     for v in pair:
         check_positive_int("shift", v, allow_zero=True)
     check_divisible("(height, width)", size, "window", window)
+    check_device("device", device)
     if max(pair) >= window:
         raise ValueError(f"shift must be in [0, window={window}), got {shift}")
     labels = torch.zeros(1, height, width, 1, dtype=torch.long, device=device)

@@ -15,7 +15,12 @@ import attention.multimodal as mm
 import attention.timeseries as ts
 import attention.vision as vision
 from attention.blocks import FeedForward, SequenceClassifier
-from attention.dispatch import attend, torch_sdpa
+from attention.dispatch import (
+    attend,
+    available_backends,
+    backend_unavailable_reason,
+    torch_sdpa,
+)
 from attention.efficient import (
     bigbird_layout,
     block_sparse_attention,
@@ -214,6 +219,21 @@ CASES = {
         lambda: alibi_bias(2, 4, device=2.0),
         TypeError,
         r"device must be a torch.device",
+    ),
+    "shifted_window_mask device an int list": (
+        lambda: vision.shifted_window_mask(8, 8, 4, 2, device=[0]),
+        TypeError,
+        r"device must be a torch.device",
+    ),
+    "available_backends device a float": (
+        lambda: available_backends(1.0),
+        TypeError,
+        r"device must be a torch.device, a device string or None, got float",
+    ),
+    "backend_unavailable_reason dtype a string": (
+        lambda: backend_unavailable_reason("flash", "cpu", "float32"),
+        TypeError,
+        r"dtype must be a torch.dtype or None, got str",
     ),
     # ---- dtype= arguments that make no sense -------------------------------------------------
     "to_additive bool dtype": (

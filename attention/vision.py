@@ -385,6 +385,11 @@ class WindowAttention(nn.Module):
                     "mask must be a bool tensor (nW, window², window²), True = may attend, "
                     f"got {type(mask).__name__ if not isinstance(mask, Tensor) else mask.dtype}"
                 )
+            if mask.device != windows.device:
+                raise ValueError(
+                    f"mask must be on the device of windows ({windows.device}), got a mask on "
+                    f"{mask.device}"
+                )
             n_win = mask.shape[0]
             if mask.dim() != 3 or mask.shape[1:] != (n, n) or bw % n_win:
                 raise ValueError(

@@ -93,6 +93,13 @@ CASES = {
         ValueError,
         r"mask must be on the inputs' device",
     ),
+    "WindowAttention mask on another device": (
+        lambda: vision.WindowAttention(8, 2, 2)(
+            torch.zeros(2, 4, 8), torch.ones(1, 4, 4, dtype=torch.bool, device=META)
+        ),
+        ValueError,
+        r"mask must be on the device of windows \(cpu\), got a mask on meta",
+    ),
     "NaN in a float mask": (
         lambda: sdpa(Q, K, V, _float_mask(NAN)),
         ValueError,

@@ -513,9 +513,10 @@ record_claim(
 # (`PatchMerging`: concatenate the four vectors, normalise, project $4C \to 2C$): the map's
 # side halves and its width doubles, as in a convolutional backbone. Below, a 16 × 16 map of
 # width 16 goes through three stages. At the last stage the map is 4 × 4, the size of one
-# window; the library's `SwinBlock` currently keeps the shift and its mask in that case,
-# whereas the original Swin turns the shift off when one window covers a whole axis (a known
-# issue of the package), so our last stage uses regular windows only.
+# window. The original Swin turns the shift off along any axis that one window covers
+# (there is nothing across a border to reach), and so does the library's `SwinBlock`
+# (`vision.swin_window_shift`); our last stage asks for regular windows only, which comes to
+# the same.
 
 # %%
 torch.manual_seed(0)

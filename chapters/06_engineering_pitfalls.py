@@ -334,7 +334,7 @@ ax = plot_spread(
     "Accuracy against extra padding", "pad tokens appended to every sequence", "accuracy",
 )  # fmt: skip
 reference_line(ax, 0.5, "chance")
-_ = ax.legend(loc="lower left")
+_ = ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
 
 # %%
 ch06.assert_c22_accuracy(acc[True], acc[False], drop=DROP)
@@ -614,6 +614,8 @@ ax = plot_lines(NS, {m: [b / 2**20 for b in peaks[m]] for m in ch06.MEMORY_METHO
                 f"Peak memory of forward + backward, {LAYERS} attention layers",
                 "sequence length n (tokens)", "peak memory (MiB)",
                 logx=True, logy=True)  # fmt: skip
+ax.set_xticks(NS, [str(n) for n in NS], minor=False)
+ax.minorticks_off()
 _ = ax.legend(loc="upper left")
 
 # %%

@@ -291,6 +291,21 @@ class DigitsAttention(nn.Module):
         logits = self.head(self.norm(x[:, 0]))  # (B, 10)
         return {"logits": logits, "weights": all_weights, "inputs": inputs, "values": v}
 
+    def from_last_input(self, x: Tensor, cls_weights: Tensor | None = None) -> Tensor:
+        """Logits from the last layer's input ``x (B, 9, D)``, with its ``[CLS]`` weights set."""
+        out, _, _ = self.last_layer(self.layers[-1], x, cls_weights)
+        return self.head(self.norm(out[:, 0]))  # (B, 10)
+
+    def cls_logits(self, x: Tensor, values: Tensor, cls_weights: Tensor) -> Tensor:
+        """The logits given the last layer's input ``x (B, 9, D)``, its values ``(B, H, 9, Dh)``
+        and ``[CLS]`` weights ``(B, H, 9)``: only the ``[CLS]`` position is computed (the
+        prediction depends on nothing else), as :meth:`from_last_input` would."""
+        layer = self.layers[-1]
+        a = merge_heads(cls_weights[:, :, None] @ values)  # (B, 1, D)
+        y = x[:, :1] + layer.self_attn.out_proj(a)  # (B, 1, D)
+        y = y + layer.ff(layer.norm2(y))  # (B, 1, D)
+        return self.head(self.norm(y[:, 0]))  # (B, 10)
+
     def forward(self, images: Tensor) -> Tensor:
         return self.run(images)["logits"]
 
@@ -422,7 +437,7 @@ class Adversary:
 
 
 def adversarial_attention(
-    model: DigitsAttention, images: Tensor, *, steps: int = 150, lr: float = 0.1, tol=0.01
+    model: DigitsAttention, images: Tensor, *, steps: int = 200, lr: float = 0.1, tol=0.01
 ) -> Adversary:
     """Search, per image, for ``[CLS]`` weights of the last layer as different as possible from
     the model's own (JSD, averaged over heads) while the output distribution moves by at
@@ -437,6 +452,8 @@ def adversarial_attention(
     try:
         with torch.no_grad():
             base = model.run(images)
+        x_last = base["inputs"][-1]  # (B, 9, D): the earlier layers do not change
+        values = base["values"]  # (B, H, 9, Dh)
         p0 = base["logits"].softmax(-1)  # (B, 10)
         w0 = base["weights"][-1][:, :, 0]  # (B, H, L)
         logits = w0.clamp_min(1e-6).log().clone().requires_grad_(True)
@@ -449,7 +466,7 @@ def adversarial_attention(
         best_tvd = torch.zeros(len(images))
         for _ in range(steps):
             w = logits.softmax(-1)
-            p = model.run(images, cls_weights=w)["logits"].softmax(-1)
+            p = model.cls_logits(x_last, values, w).softmax(-1)
             tvd = 0.5 * (p - p0).abs().sum(-1)  # (B,)
             jsd = jensen_shannon(w, w0).mean(1)  # (B,)
             with torch.no_grad():
@@ -460,7 +477,7 @@ def adversarial_attention(
             loss.backward()
             opt.step()
         with torch.no_grad():
-            p = model.run(images, cls_weights=best_w)["logits"]
+            p = model.from_last_input(x_last, best_w)
             same = p.argmax(-1) == p0.argmax(-1)
     finally:
         for p in model.parameters():
@@ -544,6 +561,133 @@ def layer_gradient_norms(
     return [float(layer.ff.linear2.weight.grad.norm()) for layer in model.layers]
 
 
+class StackedRuns(nn.Module):
+    """Several :class:`TokenStack` runs trained at once, each with its own seed and learning
+    rate, by one :func:`fit` call.
+
+    Run ``r`` starts from the weights of a :class:`TokenStack` built after
+    ``torch.manual_seed(seeds[r])``; its weights are stacked along a new first dim (run),
+    and the forward pass is the package's layer (:class:`attention.blocks.EncoderLayer`)
+    written out with batched matrix products over runs (``tests`` check it equals each
+    run's :class:`TokenStack`). Each run's parameters are *stored divided by* its learning
+    rate factor ``lr_factors[r]`` and multiplied back in the forward pass: Adam's step does
+    not depend on the gradient's scale, so Adam at rate ``lr`` on the stored values is Adam
+    at rate ``lr · factor`` on the run's parameters (up to Adam's ε). The runs share
+    nothing: their losses are summed, and a parameter only gets its own run's gradient.
+
+    ``forward(tokens (R, B, L)) -> logits (R, B, L, vocab)``.
+    """
+
+    def __init__(
+        self,
+        seeds: Sequence[int],
+        lr_factors: Sequence[float],
+        num_layers: int,
+        *,
+        pre_ln: bool,
+        d_model: int = 16,
+        vocab: int = 16,
+        length: int = 12,
+    ):
+        super().__init__()
+        if len(seeds) != len(lr_factors) or not seeds:
+            raise ValueError(
+                f"seeds and lr_factors must be non-empty and of one length, got {len(seeds)} "
+                f"and {len(lr_factors)}"
+            )
+        self.pre_ln, self.num_layers = bool(pre_ln), num_layers
+        self.models = []
+        for seed in seeds:
+            torch.manual_seed(seed)
+            self.models.append(TokenStack(num_layers, pre_ln=pre_ln, d_model=d_model,
+                                          vocab=vocab, length=length))  # fmt: skip
+        self.num_heads = self.models[0].layers[0].self_attn.num_heads
+        self.register_buffer("factors", torch.tensor([float(f) for f in lr_factors]))
+        self.stored = nn.ParameterDict()
+        for name, tensor in self._gather().items():
+            scale = self.factors.view(-1, *[1] * (tensor.dim() - 1))
+            self.stored[name] = nn.Parameter(tensor / scale)
+
+    def _gather(self) -> dict[str, Tensor]:
+        """The runs' weights, stacked: ``name -> (R, ...)``, linear weights as ``(in, out)``."""
+
+        def stack(get):
+            return torch.stack([get(m).detach() for m in self.models])
+
+        out = {
+            "embed": stack(lambda m: m.embed.weight),
+            "pos": stack(lambda m: m.pos),
+            "out_w": stack(lambda m: m.out.weight.T),
+            "out_b": stack(lambda m: m.out.bias),
+        }
+        if self.pre_ln:
+            out["norm_w"] = stack(lambda m: m.norm.weight)
+            out["norm_b"] = stack(lambda m: m.norm.bias)
+        for i in range(self.num_layers):
+            def layer(m, i=i):
+                return m.layers[i]
+
+            attn = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"}
+            for short, proj in attn.items():
+                out[f"l{i}_{short}_w"] = stack(lambda m, p=proj: getattr(layer(m).self_attn, p).weight.T)
+                out[f"l{i}_{short}_b"] = stack(lambda m, p=proj: getattr(layer(m).self_attn, p).bias)
+            for short, lin in (("ff1", "linear1"), ("ff2", "linear2")):
+                out[f"l{i}_{short}_w"] = stack(lambda m, lin=lin: getattr(layer(m).ff, lin).weight.T)
+                out[f"l{i}_{short}_b"] = stack(lambda m, lin=lin: getattr(layer(m).ff, lin).bias)
+            for norm in ("norm1", "norm2"):
+                out[f"l{i}_{norm}_w"] = stack(lambda m, n=norm: getattr(layer(m), n).weight)
+                out[f"l{i}_{norm}_b"] = stack(lambda m, n=norm: getattr(layer(m), n).bias)
+        return out
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        w = {
+            n: p * self.factors.view(-1, *[1] * (p.dim() - 1)) for n, p in self.stored.items()
+        }
+        r, b, l = tokens.shape
+        h = self.num_heads
+
+        def linear(x, name):  # (R, N, in) -> (R, N, out)
+            return torch.baddbmm(w[f"{name}_b"][:, None], x, w[f"{name}_w"])
+
+        def norm(x, name):  # LayerNorm over the last dim, per-run affine
+            y = F.layer_norm(x, x.shape[-1:])
+            return y * w[f"{name}_w"][:, None] + w[f"{name}_b"][:, None]
+
+        def attend(x, i):  # (R, B·L, D) -> (R, B·L, D)
+            d = x.shape[-1]
+            q, k, v = (
+                linear(x, f"l{i}_{s}").view(r * b, l, h, d // h).transpose(1, 2)
+                for s in ("q", "k", "v")
+            )  # (R·B, H, L, Dh) each
+            scores = q @ k.transpose(-2, -1) / math.sqrt(d // h)  # (R·B, H, L, L)
+            out = scores.softmax(-1) @ v  # (R·B, H, L, Dh)
+            return linear(out.transpose(1, 2).reshape(r, b * l, d), f"l{i}_o")
+
+        def ff(x, i):
+            return linear(torch.relu(linear(x, f"l{i}_ff1")), f"l{i}_ff2")
+
+        emb = w["embed"][torch.arange(r)[:, None, None], tokens]  # (R, B, L, D)
+        x = (emb + w["pos"][:, None, :l]).reshape(r, b * l, -1)  # (R, B·L, D)
+        for i in range(self.num_layers):
+            if self.pre_ln:
+                x = x + attend(norm(x, f"l{i}_norm1"), i)
+                x = x + ff(norm(x, f"l{i}_norm2"), i)
+            else:
+                x = norm(x + attend(x, i), f"l{i}_norm1")
+                x = norm(x + ff(x, i), f"l{i}_norm2")
+        if self.pre_ln:
+            x = norm(x, "norm")
+        return linear(x, "out").view(r, b, l, -1)  # (R, B, L, V)
+
+
+def shift_batch(batch_size: int, generator: torch.Generator, *, vocab: int = 16, length=12):
+    """Tokens ``(B, L)`` and targets ``(B, L)``: at every position the previous token (the
+    first position: itself): a task every layer stack here can learn in a few hundred steps."""
+    tokens = torch.randint(vocab, (batch_size, length), generator=generator)
+    target = torch.cat([tokens[:, :1], tokens[:, :-1]], dim=1)
+    return tokens, target
+
+
 @dataclass(frozen=True)
 class DepthRun:
     pre_ln: bool
@@ -566,62 +710,84 @@ def train_depth(
     num_layers: int,
     *,
     pre_ln: bool,
-    lr: float,
+    lrs: Sequence[float],
     warmup: int,
-    seed: int,
+    seeds: Sequence[int],
     steps: int = 150,
     d_model: int = 16,
     batch_size: int = 32,
-) -> DepthRun:
-    """Train :class:`TokenStack` on :func:`reverse_batch` with Adam (no clipping: divergence
-    must be visible); ``warmup`` steps of :func:`linear_warmup` (0: none)."""
-    torch.manual_seed(seed)
-    model = TokenStack(num_layers, pre_ln=pre_ln, d_model=d_model)
-    log = fit(
-        model,
-        lambda g: reverse_batch(batch_size, g),
-        _token_loss,
-        steps=steps,
-        lr=lr,
-        data_seed=seed + 1,
-        threads=1,
-        schedule=linear_warmup(warmup) if warmup else None,
-    )
-    return DepthRun(pre_ln, num_layers, lr, warmup, seed, log.losses)
+    vocab: int = 16,
+    length: int = 12,
+) -> list[DepthRun]:
+    """Train one :class:`TokenStack` per (learning rate, seed) on :func:`shift_batch` with Adam
+    (no clipping: a divergence must be allowed to happen) and ``warmup`` steps of
+    :func:`linear_warmup` (0: none), all at once (:class:`StackedRuns`). Run ``(lr, seed)``
+    gets its parameters from ``seed`` and its batches from a generator seeded with
+    ``seed + 1``, whatever the other runs."""
+    runs = [(lr, seed) for lr in lrs for seed in seeds]
+    top = max(lrs)
+    model = StackedRuns([s for _, s in runs], [lr / top for lr, _ in runs], num_layers,
+                        pre_ln=pre_ln, d_model=d_model, vocab=vocab, length=length)  # fmt: skip
+    generators = [torch.Generator().manual_seed(seed + 1) for _, seed in runs]
+    per_run: list[list[float]] = [[] for _ in runs]
+
+    def make_batch(_):
+        pairs = [shift_batch(batch_size, g, vocab=vocab, length=length) for g in generators]
+        return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+
+    def loss_of(m, batch):
+        tokens, target = batch  # (R, B, L) each
+        logits = m(tokens)  # (R, B, L, V)
+        losses = F.cross_entropy(logits.permute(0, 3, 1, 2), target, reduction="none")
+        losses = losses.mean((1, 2))  # (R,)
+        for r, value in enumerate(losses.tolist()):
+            per_run[r].append(value)
+        return losses.nan_to_num(nan=0.0, posinf=0.0).sum()
+
+    fit(model, make_batch, loss_of, steps=steps, lr=top, data_seed=0, threads=1,
+        schedule=linear_warmup(warmup) if warmup else None)  # fmt: skip
+    return [
+        DepthRun(pre_ln, num_layers, lr, warmup, seed, per_run[r])
+        for r, (lr, seed) in enumerate(runs)
+    ]
 
 
-def diverged(run: DepthRun, *, start_loss: float) -> bool:
-    """A run diverged (or never learnt) if its final loss is not below ``start_loss`` — the
-    loss of a uniform guess, ``ln vocab``."""
-    return not run.final < start_loss
+def diverged(run: DepthRun, *, start_loss: float, margin: float = 0.05) -> bool:
+    """A run failed (diverged or never learnt) if its final loss is not at least ``margin``
+    (a fraction) below ``start_loss`` — the loss of a uniform guess, ``ln vocab`` — or if it
+    ever went non-finite."""
+    return not run.final < (1 - margin) * start_loss
 
 
 def assert_gradient_predictions(
-    post: Mapping[int, Sequence[float]],
-    pre: Mapping[int, Sequence[float]],
+    post_by_depth: Mapping[int, float],
+    pre_by_depth: Mapping[int, float],
+    post_by_width: Mapping[int, float],
     *,
-    growth: float,
     flat: float,
+    shrink: float,
+    grow: float,
 ) -> None:
-    """Xiong et al.'s picture at initialisation, per depth (``depth -> per-layer norms``):
-    Post-LN's gradient grows towards the last layer (last/first ≥ ``growth``), Pre-LN's is
-    flat across layers (last/first within ``[1/flat, flat]``), and Pre-LN's last-layer
-    gradient shrinks with depth while Post-LN's does not."""
-    for depth, norms in post.items():
-        ratio = norms[-1] / norms[0]
-        assert ratio >= growth, (
-            f"Post-LN, {depth} layers: last/first gradient norm {ratio:.2f} < {growth}"
-        )
-    for depth, norms in pre.items():
-        ratio = norms[-1] / norms[0]
-        assert 1 / flat <= ratio <= flat, (
-            f"Pre-LN, {depth} layers: last/first gradient norm {ratio:.2f} not within "
-            f"[{1 / flat:.2f}, {flat}]"
-        )
-    shallow, deep = min(pre), max(pre)
-    assert pre[deep][-1] < pre[shallow][-1], (
-        f"Pre-LN's last-layer gradient does not shrink with depth: {pre[shallow][-1]:.3g} at "
-        f"{shallow} layers, {pre[deep][-1]:.3g} at {deep}"
+    """Xiong et al. (2020)'s predictions for the last layer's gradient at initialisation
+    (``depth -> norm`` or ``width -> norm``): Post-LN's does not depend on the depth (largest
+    / smallest ≤ ``flat``); Pre-LN's shrinks with it (deepest / shallowest ≤ ``shrink``);
+    Post-LN's grows with the width (widest / narrowest ≥ ``grow``)."""
+    ratio = max(post_by_depth.values()) / min(post_by_depth.values())
+    assert ratio <= flat, (
+        f"Post-LN's last-layer gradient changes with depth by {ratio:.2f}x (> {flat}): "
+        f"{dict(post_by_depth)}"
+    )
+    shallow, deep = min(pre_by_depth), max(pre_by_depth)
+    ratio = pre_by_depth[deep] / pre_by_depth[shallow]
+    assert ratio <= shrink, (
+        f"Pre-LN's last-layer gradient does not shrink with depth: {deep} layers / {shallow} "
+        f"layers = {ratio:.2f} (> {shrink})"
+    )
+    narrow, wide = min(post_by_width), max(post_by_width)
+    ratio = post_by_width[wide] / post_by_width[narrow]
+    assert ratio >= grow, (
+        f"Post-LN's last-layer gradient does not grow with width: width {wide} / width "
+        f"{narrow} = {ratio:.2f} (< {grow})"
     )
 
 
@@ -762,11 +928,20 @@ def ends_batch(batch_size: int, generator: torch.Generator, *, length: int = 32,
 
 class MixerClassifier(nn.Module):
     """Embedding (+ learned positions) → ``num_layers`` residual blocks of one mixer (pre-LN,
-    with a feed-forward network) → max over positions → 2 classes."""
+    with a feed-forward network) → read-out → 2 classes.
 
-    def __init__(self, mixer: str, *, vocab: int, length: int, d_model=32, num_layers=2):
+    ``readout``: ``"mean"`` over positions (a question about the whole sequence: "does the
+    motif occur anywhere?") or ``"last"`` position (a question asked at one position, as a
+    sequence model answers it). Not ``max``: a max over positions compares far-apart tokens
+    by itself (``max(a, b) − min(a, b) = |a − b|``), which would hide the mixer's reach.
+    """
+
+    def __init__(
+        self, mixer: str, *, vocab: int, length: int, d_model=32, num_layers=2, readout="mean"
+    ):
         super().__init__()
         check_choice("mixer", mixer, ("attention", "convolution"))
+        self.readout = check_choice("readout", readout, ("mean", "last"))
         self.embed = nn.Embedding(vocab, d_model)
         self.pos = nn.Parameter(torch.randn(length, d_model) * 0.1)
         make = AttentionLayer if mixer == "attention" else ConvLayer
@@ -783,10 +958,12 @@ class MixerClassifier(nn.Module):
         for i, (mix, ff) in enumerate(zip(self.mix, self.ffs, strict=True)):
             x = x + mix(self.norms[2 * i](x))  # (B, L, D)
             x = x + ff(self.norms[2 * i + 1](x))  # (B, L, D)
-        return self.out(x.amax(dim=1))  # (B, 2)
+        pooled = x.mean(dim=1) if self.readout == "mean" else x[:, -1]  # (B, D)
+        return self.out(pooled)  # (B, 2)
 
 
-TASKS = {"motif": (motif_batch, 6, 16), "ends": (ends_batch, 4, 32)}
+# task -> (batch maker, vocabulary, length, read-out)
+TASKS = {"motif": (motif_batch, 6, 16, "mean"), "ends": (ends_batch, 4, 32, "last")}
 
 
 @dataclass(frozen=True)
@@ -811,9 +988,9 @@ def train_mixer(
     fixed training set of that many examples (``None``: fresh examples every step); accuracy
     on 1000 fresh held-out examples."""
     check_choice("task", task, list(TASKS))
-    make, vocab, length = TASKS[task]
+    make, vocab, length, readout = TASKS[task]
     torch.manual_seed(seed)
-    model = MixerClassifier(mixer, vocab=vocab, length=length)
+    model = MixerClassifier(mixer, vocab=vocab, length=length, readout=readout)
     if n_train is None:
 
         def batches(g):

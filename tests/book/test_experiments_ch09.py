@@ -78,6 +78,9 @@ def test_written_out_last_layer_equals_the_package_layer():
     out = model.run(images)
     again = model.run(images, cls_weights=out["weights"][-1][:, :, 0])
     torch.testing.assert_close(again["logits"], out["logits"])
+    other = torch.rand(3, 2, 9).softmax(-1)
+    full = model.from_last_input(out["inputs"][-1], other)
+    torch.testing.assert_close(model.cls_logits(out["inputs"][-1], out["values"], other), full)
 
 
 def test_rank_correlations_match_their_definitions():
@@ -143,28 +146,55 @@ def test_layer_gradient_norms_one_per_layer():
     assert len(norms) == 3 and all(n > 0 for n in norms)
 
 
+def test_shift_batch_targets_the_previous_token():
+    tokens, target = ch09.shift_batch(5, torch.Generator().manual_seed(0))
+    assert torch.equal(target[:, 1:], tokens[:, :-1]) and torch.equal(target[:, 0], tokens[:, 0])
+
+
 def test_depth_run_final_and_divergence():
     run = ch09.DepthRun(False, 6, 1e-3, 0, 0, [3.0] * 30)
     assert run.final == 3.0 and ch09.diverged(run, start_loss=2.77)
+    barely = ch09.DepthRun(False, 6, 1e-3, 0, 0, [2.7] * 30)  # under ln 16, not 5 % under
+    assert ch09.diverged(barely, start_loss=2.77)
     nan = ch09.DepthRun(False, 6, 1e-3, 0, 0, [3.0, float("nan"), 1.0])
     assert nan.final == math.inf and ch09.diverged(nan, start_loss=2.77)
     ok = ch09.DepthRun(True, 6, 1e-3, 0, 0, [1.0] * 30)
     assert not ch09.diverged(ok, start_loss=2.77)
-    short = ch09.train_depth(2, pre_ln=False, lr=1e-3, warmup=2, seed=0, steps=3)
-    assert len(short.losses) == 3
+    short = ch09.train_depth(2, pre_ln=False, lrs=(1e-3,), warmup=2, seeds=(0, 1), steps=3)
+    assert [len(r.losses) for r in short] == [3, 3] and [r.seed for r in short] == [0, 1]
+
+
+@pytest.mark.parametrize("pre_ln", [False, True])
+def test_stacked_runs_compute_each_runs_token_stack(pre_ln):
+    model = ch09.StackedRuns([0, 1, 2], [1.0, 0.5, 0.1], 3, pre_ln=pre_ln)
+    tokens = torch.randint(16, (3, 4, 12), generator=torch.Generator().manual_seed(0))
+    out = model(tokens)
+    for r in range(3):
+        torch.manual_seed(r)
+        alone = ch09.TokenStack(3, pre_ln=pre_ln)
+        torch.testing.assert_close(out[r], alone(tokens[r]), atol=1e-5, rtol=1e-4)
+
+
+def test_stacked_runs_train_like_separate_runs_at_their_own_learning_rates():
+    together = ch09.train_depth(2, pre_ln=True, lrs=(1e-2, 1e-3), warmup=3, seeds=(0,), steps=6)
+    for run in together:
+        (alone,) = ch09.train_depth(2, pre_ln=True, lrs=(run.lr,), warmup=3, seeds=(0,), steps=6)
+        assert run.losses == pytest.approx(alone.losses, rel=1e-4, abs=1e-5)
+    assert together[0].losses[-1] != pytest.approx(together[1].losses[-1], rel=1e-3)
 
 
 def test_assert_gradient_predictions():
-    post = {6: [1.0, 2.0, 3.0], 12: [1.0, 2.5, 4.0]}
-    pre = {6: [1.0, 1.0, 1.1], 12: [0.8, 0.8, 0.8]}
-    ch09.assert_gradient_predictions(post, pre, growth=1.5, flat=2.0)
-    with pytest.raises(AssertionError, match="Post-LN"):
-        ch09.assert_gradient_predictions({6: [1.0, 1.0]}, pre, growth=1.5, flat=2.0)
-    with pytest.raises(AssertionError, match="not within"):
-        ch09.assert_gradient_predictions(post, {6: [1.0, 5.0], 12: [1, 1]}, growth=1.5, flat=2.0)
+    post, pre, width = {6: 0.10, 24: 0.11}, {6: 0.09, 24: 0.06}, {16: 0.1, 64: 0.18}
+    ch09.assert_gradient_predictions(post, pre, width, flat=1.5, shrink=0.85, grow=1.2)
+    with pytest.raises(AssertionError, match="changes with depth"):
+        ch09.assert_gradient_predictions({6: 0.1, 24: 0.3}, pre, width, flat=1.5, shrink=0.85,
+                                         grow=1.2)  # fmt: skip
     with pytest.raises(AssertionError, match="does not shrink"):
-        ch09.assert_gradient_predictions(post, {6: [1.0, 1.0], 12: [1.2, 1.2]}, growth=1.5,
-                                         flat=2.0)  # fmt: skip
+        ch09.assert_gradient_predictions(post, {6: 0.09, 24: 0.09}, width, flat=1.5,
+                                         shrink=0.85, grow=1.2)  # fmt: skip
+    with pytest.raises(AssertionError, match="does not grow"):
+        ch09.assert_gradient_predictions(post, pre, {16: 0.1, 64: 0.1}, flat=1.5, shrink=0.85,
+                                         grow=1.2)  # fmt: skip
 
 
 def test_assert_c30_stability():

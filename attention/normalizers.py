@@ -61,7 +61,9 @@ def normalize_scores(
     check_choice("normalizer", normalizer, NORMALIZERS)
     bias = _check_bias(bias)
     if bias is not None and normalizer != "sigmoid":
-        raise ValueError(f"bias is only used by normalizer='sigmoid', got normalizer={normalizer!r}")
+        raise ValueError(
+            f"bias is only used by normalizer='sigmoid', got normalizer={normalizer!r}"
+        )
     if allowed is None:
         allowed = torch.ones((), dtype=torch.bool, device=scores.device)
     allowed = allowed.expand_as(scores)  # (..., Lq, Lk)

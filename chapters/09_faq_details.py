@@ -48,7 +48,6 @@ from book.data import digits
 from book.diagrams.ch09 import layernorm_placement, reach_per_layer
 from book.experiments.ch09 import (
     IMPORTANCES,
-    MIXERS,
     VARIANTS,
     adversarial_attention,
     assert_breaks,
@@ -94,6 +93,26 @@ torch.manual_seed(0)
 #   but a row with no positive score has nothing to normalise and gets no gradient;
 # - **plain-normalised**, $w_j = s_j / \sum_i s_i$: sums to one, but weights can be negative
 #   and explode when the sum of the scores is near zero.
+#
+# One row of four scores, through each normaliser (`normalized_attention` with queries and
+# keys chosen so that $q \cdot k_j / \sqrt{d}$ gives these scores, and the identity as values,
+# so that the output *is* the weight row):
+
+# %%
+row = torch.tensor([1.5, 0.5, -0.25, -1.0])  # the scores we want
+q = torch.tensor([[[[2.0]]]])  # (1, 1, 1, 1): d = 1, so the scale is 1
+k = (row / 2.0).view(1, 1, 4, 1)  # (1, 1, 4, 1): q · k_j = row_j
+v = torch.eye(4).view(1, 1, 4, 4)  # (1, 1, 4, 4): output = the weights
+for name, (normalizer, bias) in VARIANTS.items():
+    w = normalized_attention(q, k, v, normalizer=normalizer, bias=bias)[0, 0, 0]  # (4,)
+    print(f"{name:>18}: {[round(x, 3) for x in w.tolist()]}  sum {float(w.sum()):.3f}")
+
+# %% [markdown]
+# Softmax and ReLU normalisation give a distribution (ReLU's puts exactly zero on the two
+# negative scores); the plain sigmoid gives weights that sum to more than two; with the
+# $-\log n$ bias the sum is near one but not held there — it grows and shrinks with the
+# scores; plain normalisation gives *negative* weights to the negative scores, and weights
+# larger than one, because the scores sum to less than the largest of them.
 #
 # **The task.** A retrieval problem, the thing attention is for: 8 (key, value) pairs of
 # symbols, with distinct keys, and a query equal to one of the keys; the model must output
@@ -260,7 +279,8 @@ print(f"rank agreement with leave-one-out over {N_IMAGES} test images, {len(SEED
 print(f"{'score':>18} {'Kendall tau':>22} {'Spearman rho':>22}")
 for m in tau:
     t, r = spread(tau[m]), spread(rho[m])
-    print(f"{m:>18} {t.mean:>8.3f} ({t.min:.3f}-{t.max:.3f}) {r.mean:>8.3f} ({r.min:.3f}-{r.max:.3f})")
+    print(f"{m:>18} {t.mean:>8.3f} ({t.min:.3f}-{t.max:.3f}) "
+          f"{r.mean:>8.3f} ({r.min:.3f}-{r.max:.3f})")  # fmt: skip
 print("Kendall tau with the attention weights:",
       ", ".join(f"{m} {spread(v).mean:.3f}" for m, v in tau_att.items()))  # fmt: skip
 jsd = spread([float(a.jsd.mean()) for a in adversaries])
@@ -278,13 +298,14 @@ axes[0].set_xlabel("pixel column")
 axes[0].set_ylabel("row = token")
 rows = torch.arange(1, 9)
 for k, m in enumerate(IMPORTANCES):
-    v = scores[0][m][example]
+    v = scores[0][m][example].detach()
     axes[1].plot(rows, v / v.abs().max(), marker="o", label=m, color=f"C{k}")
 axes[1].set_title("five importance scores of the rows (seed 0)")
 axes[1].set_xlabel("row (token)")
 axes[1].set_ylabel("score / its largest |score|")
 axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-own = run0.model.run(images[:1])["weights"][-1][0, :, 0].mean(0)
+with torch.no_grad():
+    own = run0.model.run(images[:1])["weights"][-1][0, :, 0].mean(0)  # (9,)
 axes[2].bar(torch.arange(9) - 0.2, own, width=0.4, label="the model's own")
 axes[2].bar(torch.arange(9) + 0.2, adv0.weights[example].mean(0), width=0.4,
             label=f"adversarial (JSD {float(adv0.jsd[example]):.2f} bits)")  # fmt: skip
@@ -352,7 +373,7 @@ print({m: round(g, 3) for m, g in better.items()})
 # connections:
 
 # %%
-layernorm_placement();
+fig = layernorm_placement()
 
 # %% [markdown]
 # Xiong et al. (2020) analysed the two at initialisation. For Post-LN, the gradient of the
@@ -431,9 +452,10 @@ print(f"24 vs 6 layers, last-layer gradient: Post-LN x{post_ratio:.2f}, Pre-LN x
 # feed-forward 32), Adam without gradient clipping (a divergence must be allowed to happen),
 # 150 steps of 16 sequences, at learning rates 0.001 and 0.01, three seeds each: Post-LN
 # without warm-up and with a linear warm-up over the first 40 steps
-# (`fit(..., schedule=linear_warmup(40))`), Pre-LN without. All runs of one (layout, warm-up) pair are trained together as one batched
-# model (`StackedRuns`: the package's layer, run by run, checked equal to a plain stack in
-# the tests) to stay within the chapter's time budget.
+# (`fit(..., schedule=linear_warmup(40))`), Pre-LN without. All runs of one (layout,
+# warm-up) pair are trained together as one batched model (`StackedRuns`: the package's
+# layer written out run by run, checked equal to a plain stack in the tests) to stay within
+# the chapter's time budget.
 #
 # **Thresholds, set before the run.** A run *fails* if its loss over the last 20 steps is
 # not at least 5 % below $\ln 16$, the loss of a uniform guess (or if it ever goes
@@ -459,8 +481,8 @@ fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
 for ax, lr in zip(axes, LRS, strict=True):
     for k, ((pre, warm), runs) in enumerate(depth_runs.items()):
         for j, r in enumerate(x for x in runs if x.lr == lr):
-            ax.plot(r.losses, color=f"C{k}", alpha=0.7, lw=1,
-                    label=f"{'Pre' if pre else 'Post'}-LN, warm-up {warm}" if j == 0 else None)  # fmt: skip
+            label = f"{'Pre' if pre else 'Post'}-LN, warm-up {warm}" if j == 0 else None
+            ax.plot(r.losses, color=f"C{k}", alpha=0.7, lw=1, label=label)
     ax.axhline(START, color="0.3", ls="--", lw=1, label="ln 16 (uniform guess)", zorder=5)
     ax.set_title(f"{DEPTH} layers, learning rate {lr:g} (3 seeds each)")
     ax.set_xlabel("step")
@@ -490,7 +512,7 @@ record_claim(
     f"warm-up 0 or {WARMUP} steps, 150 steps, 3 seeds; gradients at initialisation at "
     f"depths {DEPTHS}",
     verdict="reproduced",
-    measured=f"failed runs of 6: " + ", ".join(f"{k[0]} warm-up {k[1]}: {v}" for k, v in
+    measured="failed runs of 6: " + ", ".join(f"{k[0]} warm-up {k[1]}: {v}" for k, v in
                                                 failures.items())  # fmt: skip
     + f"; best final loss Post-LN {best['Post-LN']:.3f}, Pre-LN {best['Pre-LN']:.3f}; "
     f"last-layer gradient 24 vs 6 layers: Post-LN x{post_ratio:.2f}, Pre-LN x{pre_shrink:.2f}",
@@ -522,7 +544,7 @@ record_claim(
 # shows what the last output can see after one layer of each:
 
 # %%
-reach_per_layer();
+fig = reach_per_layer()
 
 # %% [markdown]
 # We measure the rest. FLOPs come from torch's FLOP counter (`book.measure.flops`) on one
@@ -575,14 +597,16 @@ WIN_GAP = 0.1
 TASK_SETUP = {"motif": {"n_train": 64, "steps": 200}, "ends": {"n_train": None, "steps": 300}}
 mixer_runs = {
     (task, mixer): [train_mixer(mixer, task, seed=s, **TASK_SETUP[task]).accuracy for s in SEEDS]
-    for task, mixer in progress([(t, m) for t in ("motif", "ends")
-                                 for m in ("convolution", "attention")], desc="task x mixer")  # fmt: skip
+    for task, mixer in progress(
+        [(t, m) for t in ("motif", "ends") for m in ("convolution", "attention")],
+        desc="task x mixer",
+    )
 }
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-for ax, (task, title) in zip(axes, (("motif", "motif, 64 training examples"),
-                                    ("ends", "first = last? (32 tokens)")), strict=True):  # fmt: skip
+TITLES = {"motif": "motif, 64 training examples", "ends": "first = last? (32 tokens)"}
+for ax, (task, title) in zip(axes, TITLES.items(), strict=True):
     plot_bar_spread({m: mixer_runs[(task, m)] for m in ("convolution", "attention")},
                     title=title, ylabel="held-out accuracy (3 seeds)", ax=ax,
                     reference=(0.5, "chance 1/2"))  # fmt: skip

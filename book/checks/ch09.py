@@ -106,7 +106,9 @@ def _rollout(candidate):
             raise CheckFailed(f"{call}: the layers are averaged; multiply them instead")
         if matches(got, _rollout_variant(weights[-1:])):
             raise CheckFailed(f"{call}: only the last layer is used; multiply all of them")
-        expect_close(call, got, expected, hint="rollout = Â_L ··· Â_1 with Â = 0.5·mean_h A + 0.5·I")
+        expect_close(
+            call, got, expected, hint="rollout = Â_L ··· Â_1 with Â = 0.5·mean_h A + 0.5·I"
+        )
 
 
 # --- 9.3 Kendall's tau -------------------------------------------------------------------------
@@ -190,15 +192,18 @@ def _warmup(candidate):
         if all(math.isclose(g, w, abs_tol=1e-9) for g, w in zip(got, want, strict=True)):
             continue
         call = f"warmup_factor(step, {warmup}) for step = 0 … {warmup + 4}"
-        if all(math.isclose(g, min(1.0, s / warmup), abs_tol=1e-9) for g, s in zip(got, steps)):
+        if all(
+            math.isclose(g, min(1.0, s / warmup), abs_tol=1e-9)
+            for g, s in zip(got, steps, strict=True)
+        ):
             raise CheckFailed(
                 f"{call}: off by one: step 0 gets factor 0, so the first update does nothing; "
                 f"use (step + 1) / warmup_steps"
             )
-        if all(math.isclose(g, (s + 1) / warmup, abs_tol=1e-9) for g, s in zip(got, steps)):
-            raise CheckFailed(
-                f"{call}: the factor keeps growing after the warm-up; cap it at 1"
-            )
+        if all(
+            math.isclose(g, (s + 1) / warmup, abs_tol=1e-9) for g, s in zip(got, steps, strict=True)
+        ):
+            raise CheckFailed(f"{call}: the factor keeps growing after the warm-up; cap it at 1")
         if got[warmup - 1] < 1 - 1e-9:
             raise CheckFailed(
                 f"{call}: the full rate is never reached at step {warmup - 1} (got "

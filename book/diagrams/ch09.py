@@ -58,7 +58,13 @@ def layernorm_placement() -> plt.Figure:
         ("+", "add"),
     ]
     _column(ax, 2.6, post, "Post-LN", "the residual stream is\nnormalised after every block")
-    _column(ax, 7.4, pre, "Pre-LN", "the residual stream is never normalised:\nan identity path runs from input to output")  # fmt: skip
+    _column(
+        ax,
+        7.4,
+        pre,
+        "Pre-LN",
+        "the residual stream is never normalised:\nan identity path runs from input to output",
+    )
     caption(ax, (5.0, 4.6), "blue: residual\n(identity) paths", fontsize=8, color="#2166ac")
     return fig
 

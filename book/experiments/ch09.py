@@ -557,7 +557,9 @@ def layer_gradient_norms(
     torch.manual_seed(seed)
     model = TokenStack(num_layers, pre_ln=pre_ln, d_model=d_model)
     with torch_threads(1):
-        _token_loss(model, reverse_batch(batch_size, torch.Generator().manual_seed(seed))).backward()
+        _token_loss(
+            model, reverse_batch(batch_size, torch.Generator().manual_seed(seed))
+        ).backward()
     return [float(layer.ff.linear2.weight.grad.norm()) for layer in model.layers]
 
 
@@ -624,15 +626,22 @@ class StackedRuns(nn.Module):
             out["norm_w"] = stack(lambda m: m.norm.weight)
             out["norm_b"] = stack(lambda m: m.norm.bias)
         for i in range(self.num_layers):
+
             def layer(m, i=i):
                 return m.layers[i]
 
             attn = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"}
             for short, proj in attn.items():
-                out[f"l{i}_{short}_w"] = stack(lambda m, p=proj: getattr(layer(m).self_attn, p).weight.T)
-                out[f"l{i}_{short}_b"] = stack(lambda m, p=proj: getattr(layer(m).self_attn, p).bias)
+                out[f"l{i}_{short}_w"] = stack(
+                    lambda m, p=proj: getattr(layer(m).self_attn, p).weight.T
+                )
+                out[f"l{i}_{short}_b"] = stack(
+                    lambda m, p=proj: getattr(layer(m).self_attn, p).bias
+                )
             for short, lin in (("ff1", "linear1"), ("ff2", "linear2")):
-                out[f"l{i}_{short}_w"] = stack(lambda m, lin=lin: getattr(layer(m).ff, lin).weight.T)
+                out[f"l{i}_{short}_w"] = stack(
+                    lambda m, lin=lin: getattr(layer(m).ff, lin).weight.T
+                )
                 out[f"l{i}_{short}_b"] = stack(lambda m, lin=lin: getattr(layer(m).ff, lin).bias)
             for norm in ("norm1", "norm2"):
                 out[f"l{i}_{norm}_w"] = stack(lambda m, n=norm: getattr(layer(m), n).weight)
@@ -640,9 +649,7 @@ class StackedRuns(nn.Module):
         return out
 
     def forward(self, tokens: Tensor) -> Tensor:
-        w = {
-            n: p * self.factors.view(-1, *[1] * (p.dim() - 1)) for n, p in self.stored.items()
-        }
+        w = {n: p * self.factors.view(-1, *[1] * (p.dim() - 1)) for n, p in self.stored.items()}
         r, b, l = tokens.shape
         h = self.num_heads
 
@@ -832,7 +839,7 @@ class ElmanRNN(nn.Module):
 
 
 class ConvLayer(nn.Module):
-    """A 1-D convolution over positions, ``kernel`` wide, same length: ``(B, L, D) -> (B, L, D)``."""
+    """A 1-D convolution over positions, ``kernel`` wide: ``(B, L, D) -> (B, L, D)``."""
 
     def __init__(self, d_model: int, kernel: int = 3):
         super().__init__()
@@ -948,7 +955,9 @@ class MixerClassifier(nn.Module):
         self.mix = nn.ModuleList(make(d_model) for _ in range(num_layers))
         self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(2 * num_layers))
         self.ffs = nn.ModuleList(
-            nn.Sequential(nn.Linear(d_model, 2 * d_model), nn.ReLU(), nn.Linear(2 * d_model, d_model))
+            nn.Sequential(
+                nn.Linear(d_model, 2 * d_model), nn.ReLU(), nn.Linear(2 * d_model, d_model)
+            )
             for _ in range(num_layers)
         )
         self.out = nn.Linear(d_model, 2)
@@ -1019,4 +1028,6 @@ def assert_prior_wins(
     above the loser's best."""
     w, lo = spread(winner), spread(loser)
     assert w.mean >= lo.mean + gap, f"{what}: {w.mean:.3f} is not {gap} above {lo.mean:.3f}"
-    assert w.min > lo.max, f"{what}: the winner's worst seed {w.min:.3f} <= the loser's best {lo.max:.3f}"
+    assert w.min > lo.max, (
+        f"{what}: the winner's worst seed {w.min:.3f} <= the loser's best {lo.max:.3f}"
+    )

@@ -83,3 +83,15 @@ def test_primitives_refuse_bad_input():
     with pytest.raises(ValueError, match="values must be a non-empty 2-D matrix"):
         diagrams.grid(ax, (0, 0), [1, 2, 3])
     plt.close(fig)
+
+
+def test_ch09_layernorm_placement_shows_both_orders():
+    from book.diagrams.ch09 import layernorm_placement
+
+    fig = layernorm_placement()
+    try:
+        texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+        assert "Post-LN" in texts and "Pre-LN" in texts
+        assert texts.count("LayerNorm") == 4 and texts.count("+") == 4
+    finally:
+        plt.close(fig)

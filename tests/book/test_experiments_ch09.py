@@ -95,7 +95,7 @@ def test_rank_correlations_match_their_definitions():
         ry = sorted(range(7), key=lambda k: y[k])
         rank_x = [rx.index(k) for k in range(7)]
         rank_y = [ry.index(k) for k in range(7)]
-        rho = 1 - 6 * sum((p - q) ** 2 for p, q in zip(rank_x, rank_y)) / (7 * 48)
+        rho = 1 - 6 * sum((p - q) ** 2 for p, q in zip(rank_x, rank_y, strict=True)) / (7 * 48)
         assert ch09.spearman(a[i : i + 1], b[i : i + 1]).item() == pytest.approx(rho)
     assert ch09.mean_rank_correlation(a, a) == pytest.approx(1.0)
     assert ch09.mean_rank_correlation(a, -a, kind="spearman") == pytest.approx(-1.0)

@@ -48,6 +48,8 @@ from book.data import digits
 from book.diagrams.ch09 import layernorm_placement, reach_per_layer
 from book.experiments.ch09 import (
     IMPORTANCES,
+    N_SYMBOLS,
+    TASKS,
     VARIANTS,
     adversarial_attention,
     assert_breaks,
@@ -133,6 +135,9 @@ for name, (normalizer, bias) in VARIANTS.items():
 # %%
 MARGIN, BREAK_GAP = 0.02, 0.3
 SHORT, LONG = 8, 32
+RETRIEVAL = {"n_pairs": SHORT, "long_pairs": LONG, "steps": 200, "lr": 3e-3, "batch_size": 64}
+print("setup of every run:", RETRIEVAL, "| symbols:", N_SYMBOLS,
+      "| chance:", f"1/{N_SYMBOLS}", "| seeds:", SEEDS)  # fmt: skip
 
 grad_rows = {name: init_gradients(name) for name in VARIANTS}
 print("at initialisation (512 examples of 8 pairs):")
@@ -143,17 +148,17 @@ for name, g in grad_rows.items():
 
 # %% [markdown]
 # The gradients at initialisation already tell most of the story. The softmax rows sum to
-# one and no row is cut off from the gradient. The plain sigmoid's rows sum to about 4 — half
-# of the 8 keys — so the output starts as a blur of all values, four times too large. With
+# one and no row is cut off from the gradient. The plain sigmoid's rows sum to about half
+# the number of keys, so the output starts as a blur of all values, several times too large. With
 # the $-\log n$ bias the sum is back near one and the gradient is softmax's size. ReLU
 # normalisation leaves a share of the examples with no positive score at all: those rows
 # output zero and send no gradient back (the "rows w/o grad" column). Plain normalisation
-# produces weights in the hundreds — a sum of scores near zero in the denominator — and a
-# gradient thousands of times larger than softmax's. Now the training runs:
+# produces weights far outside $[0, 1]$ — a sum of scores near zero in the denominator — and
+# a gradient orders of magnitude larger than softmax's. Now the training runs:
 
 # %%
 retrieval = [
-    train_retrieval(name, seed=seed)
+    train_retrieval(name, seed=seed, **RETRIEVAL)
     for name, seed in progress([(n, s) for n in VARIANTS for s in SEEDS], desc="normaliser x seed")
 ]
 acc = {n: [r.accuracy for r in retrieval if r.variant == n] for n in VARIANTS}
@@ -255,10 +260,15 @@ record_claim(
 # %%
 MAX_AGREEMENT, FAR, TOL, MIN_FRACTION = 0.5, 0.3, 0.01, 0.5
 N_IMAGES, N_ADVERSARIAL = 200, 64
+DIGITS = {"steps": 150, "batch_size": 32, "lr": 3e-3}
 data = digits()
 images = data.test_images[:N_IMAGES]
-digit_runs = [train_digits(seed=seed, steps=150, batch_size=32)
-              for seed in progress(SEEDS, desc="classifier seeds")]  # fmt: skip
+print(f"digits: {len(data.train_labels)} training, {len(data.test_labels)} test images of "
+      f"{tuple(data.train_images.shape[1:])} | setup: {DIGITS}")  # fmt: skip
+digit_runs = [train_digits(seed=s, **DIGITS) for s in progress(SEEDS, desc="classifier seeds")]
+model0 = digit_runs[0].model
+print("layers:", len(model0.layers), "| width:", model0.layers[0].self_attn.d_model,
+      "| heads:", model0.layers[0].self_attn.num_heads)  # fmt: skip
 scores = [importances(run.model, images) for run in digit_runs]
 adversaries = [adversarial_attention(run.model, images[:N_ADVERSARIAL], tol=TOL)
                for run in progress(digit_runs, desc="adversarial search")]  # fmt: skip
@@ -448,9 +458,9 @@ print(f"24 vs 6 layers, last-layer gradient: Post-LN x{post_ratio:.2f}, Pre-LN x
 #
 # **Training.** Now the part of C30 that matters in practice. The task: at every position,
 # output the previous token (16 symbols, sequences of 8) — easy for one layer, so any
-# failure is the stack's, not the task's. Stacks of 12 layers of width 16 (2 heads,
-# feed-forward 32), Adam without gradient clipping (a divergence must be allowed to happen),
-# 150 steps of 16 sequences, at learning rates 0.001 and 0.01, three seeds each: Post-LN
+# failure is the stack's, not the task's. Stacks of 12 layers of width 16 (2 heads, a
+# feed-forward network twice as wide), Adam without gradient clipping (a divergence must be
+# allowed to happen), 150 steps of 16 sequences, at learning rates 0.001 and 0.01, three seeds each: Post-LN
 # without warm-up and with a linear warm-up over the first 40 steps
 # (`fit(..., schedule=linear_warmup(40))`), Pre-LN without. All runs of one (layout,
 # warm-up) pair are trained together as one batched model (`StackedRuns`: the package's
@@ -466,9 +476,14 @@ print(f"24 vs 6 layers, last-layer gradient: Post-LN x{post_ratio:.2f}, Pre-LN x
 # %%
 MIN_GAP, WARMUP, LRS, DEPTH = 2, 40, (1e-3, 1e-2), 12
 START = math.log(16)
+DEPTH_SETUP = {"steps": 150, "batch_size": 16, "length": 8, "d_model": 16, "vocab": 16}
+print(f"setup: {DEPTH} layers, {DEPTH_SETUP}, learning rates {LRS}, warm-up {WARMUP} steps, "
+      f"seeds {SEEDS}; failure: final loss >= {0.95 * START:.3f} (5 % under ln 16 = "
+      f"{START:.3f}), over the last 20 steps")  # fmt: skip
 depth_runs = {
-    (pre, warm): train_depth(DEPTH, pre_ln=pre, lrs=LRS, warmup=warm, seeds=SEEDS,
-                             batch_size=16, length=8)  # fmt: skip
+    (pre, warm): train_depth(
+        DEPTH, pre_ln=pre, lrs=LRS, warmup=warm, seeds=SEEDS, **DEPTH_SETUP
+    )
     for pre, warm in progress([(False, 0), (False, WARMUP), (True, 0)], desc="layout, warm-up")
 }
 failures = {
@@ -595,6 +610,11 @@ for name, c in costs.items():
 # %%
 WIN_GAP = 0.1
 TASK_SETUP = {"motif": {"n_train": 64, "steps": 200}, "ends": {"n_train": None, "steps": 300}}
+for task, (_, vocab, length, readout) in TASKS.items():
+    print(f"{task}: {length} tokens, {vocab} symbols, read-out {readout!r}, {TASK_SETUP[task]}")
+seen = 1 + 2 * costs["convolution (k=3)"]["reach"]
+print(f"ends: two width-3 convolution layers let the last position see the last {seen} "
+      f"positions; the first token is {TASKS['ends'][2] - 1} positions away")
 mixer_runs = {
     (task, mixer): [train_mixer(mixer, task, seed=s, **TASK_SETUP[task]).accuracy for s in SEEDS]
     for task, mixer in progress(

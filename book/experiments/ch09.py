@@ -536,13 +536,6 @@ class TokenStack(nn.Module):
         return self.out(self.norm(x))  # (B, L, V)
 
 
-def reverse_batch(batch_size: int, generator: torch.Generator, *, vocab: int = 16, length=12):
-    """Tokens ``(B, L)`` and targets ``(B, L)``: the sequence reversed (every position must
-    look at another one)."""
-    tokens = torch.randint(vocab, (batch_size, length), generator=generator)
-    return tokens, tokens.flip(-1)
-
-
 def _token_loss(model, batch):
     tokens, target = batch
     logits = model(tokens)  # (B, L, V)
@@ -550,16 +543,21 @@ def _token_loss(model, batch):
 
 
 def layer_gradient_norms(
-    num_layers: int, *, pre_ln: bool, d_model: int = 16, seed: int = 0, batch_size: int = 64
+    num_layers: int,
+    *,
+    pre_ln: bool,
+    d_model: int = 16,
+    seed: int = 0,
+    batch_size: int = 64,
+    length: int = 8,
 ) -> list[float]:
     """At initialisation: ‖∂loss/∂W‖ of each layer's last feed-forward matrix (the quantity
-    of Xiong et al. 2020's analysis), layer 1 first, on one batch of :func:`reverse_batch`."""
+    of Xiong et al. 2020's analysis), layer 1 first, on one batch of :func:`shift_batch`."""
     torch.manual_seed(seed)
     model = TokenStack(num_layers, pre_ln=pre_ln, d_model=d_model)
+    batch = shift_batch(batch_size, torch.Generator().manual_seed(seed), length=length)
     with torch_threads(1):
-        _token_loss(
-            model, reverse_batch(batch_size, torch.Generator().manual_seed(seed))
-        ).backward()
+        _token_loss(model, batch).backward()
     return [float(layer.ff.linear2.weight.grad.norm()) for layer in model.layers]
 
 

@@ -205,12 +205,13 @@ record_claim(
 # %% [markdown]
 # **Verdict on "softmax is the best overall": reproduced, on this task.** Every alternative
 # trails the softmax by more than `MARGIN`, at the training length and at four times it, in
-# every seed; the printout shows by how much. What breaks is what the definitions predict. Plain normalisation never
-# learns: its weights are unbounded, the gradient is dominated by rows whose scores happen
-# to sum to nearly zero, and the accuracy stays near chance. The plain sigmoid learns, but
-# more slowly, and it falls apart at 32 pairs: its weights do not compete, so four times as
-# many distractors add four times as much noise to the output. The $-\log n$ bias repairs
-# most of that — its weights adapt to the length — which is Ramapuram et al.'s point;
+# every seed; the printout shows by how much. What breaks is what the definitions predict.
+# Plain normalisation never learns: its weights are unbounded, the gradient is dominated by
+# rows whose scores happen to sum to nearly zero, and the accuracy stays near chance. The
+# plain sigmoid learns, but more slowly, and it falls apart at 32 pairs: its weights do not
+# compete, so four times as many distractors add four times as much noise to the output.
+# The $-\log n$ bias repairs most of that — its weights adapt to the length — which is
+# Ramapuram et al.'s point;
 # their claim is that with this bias (and their normalisation of the whole block) sigmoid
 # attention *matches* softmax in large models, which 200 steps of a one-head model cannot
 # confirm or refute. ReLU normalisation learns, minus the rows it leaves without a gradient.
@@ -258,9 +259,12 @@ record_claim(
 # no overlap) that move the output distribution by at most `TOL` = 0.01 (total variation)
 # and keep the predicted class. C29 holds if agreement stays below `MAX_AGREEMENT` in every
 # seed and an adversary exists for at least `MIN_FRACTION` = 0.5 of the images in every seed.
+# The article adds that value norms and the mixing across layers are what matter; a repair
+# (norm-based score or rollout) counts as more faithful if its mean $\tau$ with
+# leave-one-out is at least `GAIN` = 0.1 above raw attention's.
 
 # %%
-MAX_AGREEMENT, FAR, TOL, MIN_FRACTION = 0.5, 0.3, 0.01, 0.5
+MAX_AGREEMENT, FAR, TOL, MIN_FRACTION, GAIN = 0.5, 0.3, 0.01, 0.5, 0.1
 N_IMAGES, N_ADVERSARIAL = 200, 64
 DIGITS = {"steps": 150, "batch_size": 32, "lr": 3e-3}
 data = digits()
@@ -345,13 +349,13 @@ record_claim(
 )
 better = {m: spread(tau[m]).mean - spread(tau["attention"]).mean
           for m in ("norm ‖α·f(x)‖", "rollout")}  # fmt: skip
-repaired = any(gain >= 0.1 for gain in better.values())
+repaired = any(gain >= GAIN for gain in better.values())
 record_claim(
     "C29 repairs",
-    claim="Weighting attention by value norms or rolling it out across layers makes it a "
-    "faithful explanation",
+    claim="Value norms and mixing across layers matter: norm-based scores and attention "
+    "rollout explain a prediction more faithfully than the raw weights",
     experiment="the same classifiers and images; Kendall tau with leave-one-out, compared "
-    "with raw attention's (a repair must gain at least 0.1)",
+    f"with raw attention's (a repair must gain at least {GAIN})",
     verdict="partly" if repaired else "not reproduced",
     measured="; ".join(f"{m} {spread(tau[m]).format('.2f')}" for m in better)
     + f"; gradient x input {spread(tau['gradient × input']).format('.2f')}",
@@ -368,7 +372,9 @@ print({m: round(g, 3) for m, g in better.items()})
 # them is not supported. The norm-based score mostly reorders attention by the size of each
 # row's value vector, and its ranks follow the weights more than they follow leave-one-out
 # (the "Kendall tau with the attention weights" line); rollout mixes in the first layer and
-# the residual path. Neither closes the gap to leave-one-out by the 0.1 we asked for — and,
+# the residual path. Neither gains the `GAIN` we asked for over raw attention, so the second
+# half of the article's C29, that value norms and layer mixing are what matter, is **not
+# reproduced** here (the claims table's "C29 repairs" row) — and,
 # the uncomfortable part, gradient × input does not agree with leave-one-out either. With 8
 # rows that each carry a piece of the digit, a model's decision is spread over many rows and
 # the rows interact, so every single-number-per-row score is a different projection of it.
@@ -603,9 +609,10 @@ for name, c in costs.items():
 # - **ends**, where reach is needed: is the first token of a 32-token sequence equal to the
 #   last? Fresh data at every step, 300 steps, read-out at the last position (where a
 #   sequence model would answer). Two convolution layers let the last position see only
-#   the last few positions (printed below); the first token is 31 away. (A max over positions would be the wrong
-#   read-out here: $\max(a, b) - \min(a, b) = |a - b|$ compares two far-apart tokens by
-#   itself, whatever the mixer — we tried it first, and a convolution solved the task.)
+#   the last few positions (printed below); the first token is 31 away. (A max over
+#   positions would be the wrong read-out here: $\max(a, b) - \min(a, b) = |a - b|$
+#   compares two far-apart tokens by itself, whatever the mixer — we tried it first, and a
+#   convolution solved the task.)
 #
 # **Thresholds, set before the run.** The prior "wins" if the winner's mean held-out
 # accuracy is at least `WIN_GAP` = 0.1 above the loser's and its worst seed beats the

@@ -51,9 +51,9 @@ check("09.1", sigmoid_weights)
 
 # %% [markdown] tags=["solution_only"]
 # *Why this bias.* With scores near zero at initialisation, $\sigma(0 - \log n) = 1/(1 + n)
-# \approx 1/n$: each of the $n$ weights starts near $1/n$ and the row sums to about one,
-# like a softmax's, at every length. Without it, the row starts summing to $n/2$, and the
-# output's scale grows with the length.
+# \approx 1/n$: each of the $n$ weights starts near $1/n$ and the row sums to $n/(n + 1)$,
+# close to a softmax's one at every length (the closer, the longer the row). Without it,
+# the row starts summing to $n/2$, and the output's scale grows with the length.
 
 # %% tags=["solution_only", "NBVAL_CHECK_OUTPUT"]
 for n in (4, 16, 256):

@@ -85,6 +85,27 @@ def test_primitives_refuse_bad_input():
     plt.close(fig)
 
 
+@pytest.mark.parametrize(
+    ("module", "function"),
+    [("ch02", "five_steps"), ("ch03", "split_attend_concat"), ("ch04", "rope_rotation")],
+)
+def test_chapters_2_to_4_have_their_diagrams(module, function):
+    draw = getattr(importlib.import_module(f"book.diagrams.{module}"), function)
+    fig = draw()
+    try:
+        assert _title(fig) and len(fig.axes[0].texts) >= 5  # labelled, not a bare sketch
+    finally:
+        plt.close(fig)
+
+
+def test_the_heads_diagram_refuses_a_width_the_heads_do_not_divide():
+    from book.diagrams.ch03 import split_attend_concat
+
+    with pytest.raises(ValueError, match="divisible"):
+        split_attend_concat(d_model=30, num_heads=4)
+    plt.close("all")
+
+
 def test_ch09_layernorm_placement_shows_both_orders():
     from book.diagrams.ch09 import layernorm_placement
 

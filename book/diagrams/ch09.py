@@ -8,10 +8,13 @@ import matplotlib.pyplot as plt
 from book.diagrams import COLORS, arrow, box, caption, new_diagram
 
 
-def _column(ax, x: float, steps: list[tuple[str, str]], title: str, note: str) -> None:
+def _column(
+    ax, x: float, steps: list[tuple[str, str]], title: str, note: str, *, post: bool
+) -> None:
     """A residual block drawn bottom to top: ``steps`` = (label, kind) with kind one of
     ``"norm"``, ``"sub"`` (attention or feed-forward), ``"add"``; residual arrows skip each
-    sub-layer into the next ``add``."""
+    sub-layer into the next ``add``. ``post``: the next residual branch starts after the
+    LayerNorm that follows an ``add`` (Post-LN); else at the ``add`` itself (Pre-LN)."""
     caption(ax, (x, 8.55), title, fontsize=11)
     caption(ax, (x, 0.25), note, fontsize=8, style="italic")
     y = 1.0
@@ -31,7 +34,7 @@ def _column(ax, x: float, steps: list[tuple[str, str]], title: str, note: str) -
         if kind == "add":
             arrow(ax, (x - 0.95, branch_start), (x - 0.32, yc), curve=-0.35, color="#2166ac")
             nxt = centres[i + 1] if i + 1 < len(centres) else None
-            branch_start = nxt[2] if nxt is not None and nxt[1] == "norm" else yc
+            branch_start = nxt[2] if post and nxt is not None and nxt[1] == "norm" else yc
     box(ax, (x, y + 0.95), "output", size=(1.8, 0.55), color=COLORS["output"])
     arrow(ax, (x, y + 0.27), (x, y + 0.7))
 
@@ -57,13 +60,15 @@ def layernorm_placement() -> plt.Figure:
         ("feed-forward", "sub"),
         ("+", "add"),
     ]
-    _column(ax, 2.6, post, "Post-LN", "the residual stream is\nnormalised after every block")
+    _column(ax, 2.6, post, "Post-LN", "the residual stream is\nnormalised after every block",
+            post=True)  # fmt: skip
     _column(
         ax,
         7.4,
         pre,
         "Pre-LN",
         "the residual stream is never normalised:\nan identity path runs from input to output",
+        post=False,
     )
     caption(ax, (5.0, 4.6), "blue: residual\n(identity) paths", fontsize=8, color="#2166ac")
     return fig
@@ -78,7 +83,7 @@ def reach_per_layer() -> plt.Figure:
     )
     rows = (
         ("attention", list(range(n)), "1 step from every token"),
-        ("convolution k=3", [n - 2, n - 1], "2 neighbours; the far end needs 7 layers"),
+        ("convolution k=3", [n - 2, n - 1], "itself and x7; the far end needs 7 layers"),
         ("recurrence", list(range(n)), "every token, through up to 7 steps"),
     )
     for r, (name, seen, note) in enumerate(rows):

@@ -173,6 +173,7 @@ for ax, values, n in ((axes[0], acc, SHORT), (axes[1], acc_long, LONG)):
                     reference=(1 / 64, "chance 1/64"))  # fmt: skip
     ax.tick_params(axis="x", labelrotation=25)
 axes[0].get_legend().remove()
+axes[1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # clear of the bars
 fig.tight_layout()
 
 # %% tags=["NBVAL_CHECK_OUTPUT"]
@@ -462,9 +463,9 @@ print(f"24 vs 6 layers, last-layer gradient: Post-LN x{post_ratio:.2f}, Pre-LN x
 # stack deepens, Pre-LN's shrinks (less than $1/\sqrt{L}$ predicts — the printout gives the
 # factor), and both grow with width. The figure people remember from the paper shows too,
 # in the deeper stacks: Post-LN's gradient grows layer by layer towards the output (the
-# "last/first" ratios above one at 12 and 24 layers), while Pre-LN's is flat to slightly
-# falling. Their analysis is for large widths; that a stack of width 16 already follows it
-# is a measurement, not a consequence of the theory.
+# "last/first" ratios above one at 12 and 24 layers), while Pre-LN's falls gently towards
+# the output (ratios below one). Their analysis is for large widths; that a stack of width
+# 16 already follows it is a measurement, not a consequence of the theory.
 #
 # **Training.** Now the part of C30 that matters in practice. The task: at every position,
 # output the previous token (16 symbols, sequences of 8) — easy for one layer, so any

@@ -205,7 +205,8 @@ def apply_rope(
         positions: explicit positions ``(L,)`` or per sequence ``(B, L)`` (left-padded batches).
         interleaved: which channels form a pair. ``False`` (default, the "rotate-half"
             convention of GPT-NeoX and Hugging Face's Llama port): pairs ``(i, i + Dh/2)``.
-            ``True`` (the RoFormer paper, GPT-J, Meta's reference Llama): pairs ``(2i, 2i + 1)``. The two agree up to that channel permutation.
+            ``True`` (the RoFormer paper, GPT-J, Meta's reference Llama): pairs
+            ``(2i, 2i + 1)``. The two agree up to that channel permutation.
 
     Returns:
         Same shape and dtype as ``x``. The rotation is computed in float32 (float64 for a

@@ -123,3 +123,15 @@ def test_the_heads_diagram_refuses_a_width_the_heads_do_not_divide():
     with pytest.raises(ValueError, match="divisible"):
         split_attend_concat(d_model=30, num_heads=4)
     plt.close("all")
+
+
+def test_ch09_layernorm_placement_shows_both_orders():
+    from book.diagrams.ch09 import layernorm_placement
+
+    fig = layernorm_placement()
+    try:
+        texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+        assert "Post-LN" in texts and "Pre-LN" in texts
+        assert texts.count("LayerNorm") == 4 and texts.count("+") == 4
+    finally:
+        plt.close(fig)

@@ -85,6 +85,25 @@ def test_primitives_refuse_bad_input():
     plt.close(fig)
 
 
+def test_chapter6_diagrams_refuse_bad_input_and_follow_their_arguments():
+    from book.diagrams import ch06
+
+    with pytest.raises(ValueError, match="n_blocks"):
+        ch06.flash_tiling(n_blocks=1)
+    with pytest.raises(ValueError, match="active_row"):
+        ch06.flash_tiling(n_blocks=3, active_row=3)
+    with pytest.raises(ValueError, match="multiple of num_kv_heads"):
+        ch06.kv_cache_decoding(num_heads=4, num_kv_heads=3)
+    fig = ch06.kv_cache_decoding(cached=3, num_heads=4, num_kv_heads=1)
+    try:
+        assert "1 key/value heads" in _title(fig)
+        labels = [t.get_text() for ax in fig.axes for t in ax.texts]
+        assert sum(lbl.startswith("query head") for lbl in labels) == 4
+        assert sum(lbl.startswith("K head") for lbl in labels) == 1
+    finally:
+        plt.close(fig)
+
+
 @pytest.mark.parametrize(
     ("module", "function"),
     [("ch02", "five_steps"), ("ch03", "split_attend_concat"), ("ch04", "rope_rotation")],

@@ -3,6 +3,45 @@
 Conventions everywhere: tensors ``[batch, heads, seq, dim]``; boolean masks ``True`` = may
 attend (as in ``torch.nn.functional.scaled_dot_product_attention``); float masks are additive
 biases.
+
+Package rules (every public function and module; tests/attention/test_bad_inputs_*.py):
+
+- **Bad input** raises ``TypeError`` (wrong type or dtype) or ``ValueError`` (wrong shape,
+  range, device) whose message names the argument, what it got and what was expected
+  (the helpers of ``attention._checks``); nothing is broadcast or cast silently into a wrong
+  answer. ``scale``, ``dim``, ``generator``, ``device`` and ``dtype=`` arguments are checked
+  the same way everywhere: ``scale`` is ``None`` or a finite real; ``dtype=`` of a table, bias
+  or slopes must be a floating-point dtype; a mask must be on its inputs' device.
+- **Fully masked rows** (a query with no key it may attend) give zeros, never NaN, on every
+  variant and backend.
+- **NaN policy.** Non-finite values in the *inputs* (query, key, value, token vectors) are not
+  refused (checking would cost a pass over the data) and propagate only where the arithmetic
+  takes them: a NaN or inf in one batch element or head never changes another's output
+  (a property test covers every variant; flash_attention's shared lazy-rescale decision can
+  move another element's output by rounding only). Non-finite *arguments* are refused:
+  ``scale``, ``eps``, ``logit_scale``, ``mlp_ratio``, and NaN or ``+inf`` in a float mask
+  (``-inf`` there means "not allowed").
+- **Empty inputs.** A zero-sized batch, head, sequence or head-dim axis gives the correct
+  empty result, never an error or NaN: empty outputs for an empty batch, heads or queries;
+  zeros for queries when there are no keys (every row fully masked); for a head dim of 0
+  the scores are all 0 (empty dot products), so each query averages the values uniformly
+  (the default scale is then 1). Exceptions, each a ``ValueError``: reductions whose answer
+  would be 0 / 0, i.e. ``clip_contrastive_loss`` on a batch of no pairs and
+  ``SequenceClassifier`` on a sequence with no real token; and the builders of masks, tables
+  and layers, whose sizes (``n_queries``, ``max_len``, ``d_model``, ``window`` ...) must be
+  >= 1.
+- **Padded query rows.** Masks act on keys: a query at a padded position still attends the
+  real keys and gets an ordinary output (the package does not zero it, unlike
+  x-transformers). Ignore those rows downstream (``SequenceClassifier`` pools over real
+  tokens only) or zero them with ``out * keep[..., None]``.
+- **One dtype rule for modules.** A module's float input must have the dtype (and device) of
+  the module's floating-point parameters, else ``TypeError`` (``ValueError`` for the device)
+  naming both and the cast to make (``module.to(x.dtype)``); modules never cast silently.
+  Inside, half precision is computed as in the functions: attention in float32, cast back.
+  Modules without parameters (``RotaryEmbedding``, the sinusoidal encoding) take any float
+  dtype; the sinusoidal table is built in float64 for float64 inputs.
+- **float64** paths are computed in float64 throughout (slopes, tables, angles), so that they
+  agree with an exact reference to float64 rounding.
 """
 
 from . import multimodal, vision

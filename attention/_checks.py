@@ -121,13 +121,17 @@ def check_qkv(query: object, key: object, value: object, *, enable_gqa: bool = F
             )
 
 
-def check_mask(mask: object, target: Sequence[int], name: str = "mask") -> Tensor | None:
+def check_mask(
+    mask: object, target: Sequence[int], name: str = "mask", *, device: object = None
+) -> Tensor | None:
     """Validate an attention mask against the score shape ``target = (B, H, Lq, Lk)``.
 
     A mask is a bool tensor (``True`` = may attend) or a float tensor (an additive bias). It
     may have fewer than 4 dims (leading dims are treated as 1) and size-1 dims broadcast; any
     other size must equal the target's. Integer masks are refused: 0/1 is ambiguous between a
-    keep-mask and an additive bias.
+    keep-mask and an additive bias. A float mask must hold finite values or ``-inf`` (NaN or
+    ``+inf`` in a bias would turn its whole row into NaN). ``device``: the inputs' device,
+    which the mask must share.
     """
     if mask is None:
         return None
@@ -158,6 +162,18 @@ def check_mask(mask: object, target: Sequence[int], name: str = "mask") -> Tenso
             f"{name} must cover every key: expected last dim {target[-1]}, got shape "
             f"{tuple(mask.shape)}"
         )
+    if device is not None and mask.device != torch.device(device):
+        raise ValueError(
+            f"{name} must be on the inputs' device ({device}), got a mask on {mask.device}"
+        )
+    if mask.is_floating_point():
+        n_nan = int(torch.isnan(mask).sum())
+        n_pos_inf = int((mask == float("inf")).sum())
+        if n_nan or n_pos_inf:
+            raise ValueError(
+                f"{name} is a float mask (an additive bias) and must hold finite values or "
+                f"-inf (= not allowed), got {n_nan} NaN and {n_pos_inf} +inf entries"
+            )
     return mask
 
 
@@ -231,13 +247,14 @@ def check_positive_scalar(name: str, value: object) -> Tensor | float:
                 f"{name} must be a positive float or a one-element float tensor, got a tensor "
                 f"of shape {tuple(value.shape)} and dtype {value.dtype}"
             )
-        if float(value.detach()) <= 0:
-            raise ValueError(f"{name} must be > 0, got {float(value.detach())}")
+        got = float(value.detach())
+        if not (math.isfinite(got) and got > 0):
+            raise ValueError(f"{name} must be > 0, got {got}; expected a finite number > 0")
         return value.reshape(())
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a float or a tensor, got {type(value).__name__}")
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be > 0, got {value}; expected a finite number > 0")
     return float(value)
 
 
@@ -349,3 +366,95 @@ def check_embedding_pair(image_emb: object, text_emb: object, *, paired: bool) -
         raise TypeError(
             f"image_emb and text_emb must share a dtype, got {image_emb.dtype} and {text_emb.dtype}"
         )
+
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_float_dtype(name: str, dtype: object) -> torch.dtype:
+    """Raise unless ``dtype`` is a floating-point ``torch.dtype`` (a table of positions, a
+    bias or slopes in bool or an integer dtype would silently be all zeros or truncated)."""
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"{name} must be a torch.dtype, got {type(dtype).__name__} ({dtype!r})")
+    if not dtype.is_floating_point:
+        raise TypeError(
+            f"{name} must be a floating-point dtype (float16/bfloat16/float32/float64), got {dtype}"
+        )
+    return dtype
+
+
+def check_device(name: str, device: object) -> torch.device | str | None:
+    """Raise ``TypeError`` unless ``device`` is ``None``, a ``torch.device``, a device string
+    (``"cpu"``, ``"cuda:0"``) or a device index; ``ValueError`` for an unparsable string."""
+    if device is None or isinstance(device, torch.device):
+        return device
+    if isinstance(device, bool) or not isinstance(device, (str, int)):
+        raise TypeError(
+            f"{name} must be a torch.device, a device string or None, got "
+            f"{type(device).__name__} ({device!r})"
+        )
+    try:
+        torch.device(device)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(f"{name} is not a valid device: {device!r} ({err})") from err
+    return device
+
+
+def check_generator(name: str, generator: object) -> torch.Generator | None:
+    """Raise ``TypeError`` unless ``generator`` is ``None`` or a ``torch.Generator``."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"{name} must be a torch.Generator or None, got {type(generator).__name__} "
+            f"({generator!r})"
+        )
+    return generator
+
+
+def check_same_device(name: str, x: Tensor, ref_name: str, ref: Tensor) -> Tensor:
+    """Raise ``ValueError`` unless tensor ``x`` is on ``ref``'s device."""
+    if x.device != ref.device:
+        raise ValueError(
+            f"{name} must be on the same device as {ref_name} ({ref.device}), got {x.device}"
+        )
+    return x
+
+
+def check_finite_real(name: str, value: object) -> float:
+    """Raise unless ``value`` is a finite real number (not a bool); return it as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} ({value!r})")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return float(value)
+
+
+def check_dim(name: str, dim: object, ndim: int) -> int:
+    """Raise unless ``dim`` is an int in ``[-ndim, ndim)``; return it."""
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"{name} must be an int, got {type(dim).__name__} ({dim!r})")
+    if not -max(ndim, 1) <= dim < max(ndim, 1):
+        raise ValueError(
+            f"{name} must be in [{-max(ndim, 1)}, {max(ndim, 1) - 1}] for a {ndim}-dim tensor, "
+            f"got {dim}"
+        )
+    return dim
+
+
+def check_module_input(name: str, x: Tensor, module: torch.nn.Module) -> Tensor:
+    """The package's one dtype rule for modules: a float input must have the dtype of the
+    module's floating-point parameters (``TypeError`` naming both otherwise, with the cast
+    to make); no silent casts in either direction. A module without parameters accepts any
+    float dtype."""
+    check_float(name, x)
+    param = next((p for p in module.parameters() if p.is_floating_point()), None)
+    if param is not None and x.dtype != param.dtype:
+        raise TypeError(
+            f"{name} has dtype {x.dtype} but the module's weights are {param.dtype}; cast one "
+            f"of them (e.g. module.to({x.dtype}))"
+        )
+    if param is not None and x.device != param.device:
+        raise ValueError(
+            f"{name} is on {x.device} but the module's weights are on {param.device}; move one "
+            f"of them (e.g. module.to({str(x.device)!r}))"
+        )
+    return x

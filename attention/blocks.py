@@ -15,7 +15,7 @@ from torch import nn
 from ._checks import (
     check_choice,
     check_divisible,
-    check_float,
+    check_module_input,
     check_positive_int,
     check_probability,
     check_rank,
@@ -69,7 +69,7 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
 
     def forward(self, x: Tensor) -> Tensor:
-        check_float("x", x)
+        check_module_input("x", x, self)
         if x.dim() < 1 or x.shape[-1] != self.d_model:
             raise ValueError(
                 f"x must have last dim d_model={self.d_model}, expected shape (..., "
@@ -310,6 +310,11 @@ class SequenceClassifier(nn.Module):
         if lengths is not None and keep is not None:
             raise ValueError("pass lengths or keep, not both (got both)")
         if lengths is None and keep is None:
+            if l == 0 and b > 0:  # mean pooling over no token would be 0 / 0 = NaN
+                raise ValueError(
+                    "every sequence needs at least one real token: got tokens of shape "
+                    f"{tuple(tokens.shape)} (seq length 0)"
+                )
             return torch.ones(b, l, dtype=torch.bool, device=tokens.device)
         if lengths is not None:
             check_tensor("lengths", lengths)

@@ -31,7 +31,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_bool, check_choice, check_mask, check_qkv, check_scale
+from ._checks import (
+    check_bool,
+    check_choice,
+    check_device,
+    check_mask,
+    check_qkv,
+    check_scale,
+)
 from .efficient.flash import flash_attention
 from .functional import scaled_dot_product_attention
 from .masks import causal_mask, combine_masks, to_additive
@@ -71,7 +78,7 @@ def torch_sdpa(
     scale = check_scale(scale)
     b, h, lq, _ = query.shape
     lk = key.shape[-2]
-    check_mask(mask, (b, h, lq, lk))
+    check_mask(mask, (b, h, lq, lk), device=query.device)
     if mask is None:
         return F.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=scale)
 
@@ -100,6 +107,9 @@ def backend_unavailable_reason(
     ``device=None`` means the default device (CUDA if present, else the CPU).
     """
     check_choice("backend", backend, BACKENDS)
+    check_device("device", device)
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype or None, got {type(dtype).__name__}")
     if backend in ("reference", "torch", "flash"):  # pure PyTorch: any device, any dtype
         return None
     from .gpu.triton_flash import triton_unavailable_reason
@@ -123,6 +133,7 @@ def pick_backend(
     """What ``backend="auto"`` runs for these arguments (see the module docstring)."""
     from .gpu.triton_flash import MAX_HEAD_DIM, SUPPORTED_DTYPES
 
+    check_device("device", device)
     device = torch.device(device)
     value_dim = head_dim if value_dim is None else value_dim
     if (
@@ -169,7 +180,7 @@ def attend(
     check_bool("causal", causal)
     check_scale(scale)
     b, h, lq, e = query.shape
-    check_mask(mask, (b, h, lq, key.shape[-2]))
+    check_mask(mask, (b, h, lq, key.shape[-2]), device=query.device)
     if backend == "auto":
         backend = pick_backend(
             query.device,

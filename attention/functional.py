@@ -11,6 +11,9 @@ import torch
 from ._checks import (
     check_bool,
     check_choice,
+    check_dim,
+    check_float,
+    check_generator,
     check_mask,
     check_probability,
     check_qkv,
@@ -31,6 +34,8 @@ def safe_softmax(scores: Tensor, *, dim: int = -1) -> Tensor:
     all-zero weight row, hence a zero output. Gradients stay finite: the masked entries never
     reach ``exp`` with a NaN.
     """
+    check_float("scores", scores)
+    check_dim("dim", dim, scores.dim())
     if scores.shape[dim] == 0:  # no keys at all: nothing to attend to
         return torch.zeros_like(scores)
     # The shift only guards exp against overflow (softmax ignores it): detached, so that
@@ -85,9 +90,12 @@ def scaled_dot_product_attention(
     check_bool("causal", causal)
     check_choice("causal_alignment", causal_alignment, CAUSAL_ALIGNMENTS)
     dropout_p = check_probability("dropout_p", dropout_p)
+    check_bool("training", training)
+    check_bool("need_weights", need_weights)
+    check_generator("generator", generator)
     b, h, lq, e = query.shape
     lk = key.shape[-2]
-    check_mask(mask, (b, h, lq, lk))
+    check_mask(mask, (b, h, lq, lk), device=query.device)
     scale = resolve_scale(scale, e)
 
     out_dtype = query.dtype

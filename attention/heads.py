@@ -88,7 +88,7 @@ class SelfAttention(nn.Module):
         """
         check_tokens("x", x, self.d_model, dtype=self.w_q.weight.dtype)
         b, l, _ = x.shape
-        check_mask(mask, (b, 1, l, l))
+        check_mask(mask, (b, 1, l, l), device=x.device)
         q = self.w_q(x).unsqueeze(1)  # (B, 1, L, d_k): a single head
         k = self.w_k(x).unsqueeze(1)  # (B, 1, L, d_k)
         v = self.w_v(x).unsqueeze(1)  # (B, 1, L, d_k)
@@ -178,7 +178,10 @@ class MultiHeadAttention(nn.Module):
                 ``average_attn_weights=True`` (torch's name).
 
         Returns ``(B, Lq, D)`` (and the weights). A query with no allowed key gets a zero
-        attention output (then the output projection's bias).
+        attention output (then the output projection's bias). A padding mask acts on keys
+        only: a query at a padded position still attends the real keys and gets an ordinary
+        output, which is not zeroed (ignore those rows downstream, or multiply by the keep
+        mask: ``out * keep[..., None]``).
         """
         check_tokens("x", x, self.d_model, dtype=self.q_proj.weight.dtype)
         if context is None:
@@ -192,7 +195,7 @@ class MultiHeadAttention(nn.Module):
                 )
         b, lq, _ = x.shape
         lk = context.shape[1]
-        check_mask(mask, (b, self.num_heads, lq, lk))
+        check_mask(mask, (b, self.num_heads, lq, lk), device=x.device)
         if need_weights and self.attn_fn is not None:
             raise ValueError(
                 "need_weights=True needs the reference attention, but attn_fn is set (an "

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_choice, check_positive_int, check_rank, check_tensor
+from ._checks import (
+    check_choice,
+    check_device,
+    check_float_dtype,
+    check_positive_int,
+    check_rank,
+    check_tensor,
+)
 
 Tensor = torch.Tensor
 
@@ -38,6 +45,7 @@ def causal_mask(
     n_queries = check_positive_int("n_queries", n_queries)
     n_keys = n_queries if n_keys is None else check_positive_int("n_keys", n_keys)
     check_choice("alignment", alignment, ("top_left", "bottom_right"))
+    check_device("device", device)
     shift = n_keys - n_queries if alignment == "bottom_right" else 0
     return _offsets(n_queries, n_keys, device) <= shift
 
@@ -61,6 +69,7 @@ def sliding_window_mask(
         check_positive_int("left", left, allow_zero=True)
     if right is not None:
         check_positive_int("right", right, allow_zero=True)
+    check_device("device", device)
     d = _offsets(n_queries, n_keys, device)
     allowed = torch.ones_like(d, dtype=torch.bool)
     if left is not None:
@@ -79,12 +88,13 @@ def padding_mask(
     """
     check_tensor("lengths", lengths)
     check_rank("lengths", lengths, 1, "[batch]")
-    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
         raise TypeError(f"lengths must be an integer tensor, got dtype {lengths.dtype}")
     if lengths.numel() and int(lengths.min()) < 0:
         raise ValueError(f"lengths must be >= 0, got {lengths.tolist()}")
     longest = int(lengths.max()) if lengths.numel() else 0
     max_len = longest if max_len is None else check_positive_int("max_len", max_len)
+    check_device("device", device)
     if longest > max_len:
         raise ValueError(f"lengths must be <= max_len={max_len}, got a length of {longest}")
     device = lengths.device if device is None else device
@@ -202,5 +212,6 @@ def to_additive(mask: Tensor, *, dtype: torch.dtype = torch.float32) -> Tensor:
     check_tensor("mask", mask)
     if mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor, got {mask.dtype}")
+    check_float_dtype("dtype", dtype)
     bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return bias.masked_fill(~mask, float("-inf"))

@@ -24,7 +24,7 @@ from torch import nn
 
 from ._checks import (
     check_embedding_pair,
-    check_float,
+    check_module_input,
     check_positive_int,
     check_positive_scalar,
     check_probability,
@@ -105,6 +105,8 @@ class CrossAttentionBlock(nn.Module):
             width_name="context_dim",
             layout="[batch, k_len, context_dim]",
         )
+        check_module_input("x", x, self)
+        check_module_input("context", context, self)
         memory = self.context_proj(self.norm_context(context))  # (B, Lk, D)
         result = self.attn(self.norm_x(x), memory, mask=mask, need_weights=need_weights)
         attended, weights = result if need_weights else (result, None)  # (B, Lq, D)
@@ -134,7 +136,7 @@ class ProjectionHead(nn.Module):
             )
 
     def forward(self, features: Tensor) -> Tensor:
-        check_float("features", features)
+        check_module_input("features", features, self)
         if features.dim() < 1 or features.shape[-1] != self.in_dim:
             raise ValueError(
                 f"features must have last dim in_dim={self.in_dim}, expected shape "
@@ -171,6 +173,12 @@ def clip_contrastive_loss(
     into it). Returns a scalar tensor.
     """
     check_embedding_pair(image_emb, text_emb, paired=True)
+    if image_emb.shape[0] == 0:
+        # The mean over no pairs is 0 / 0: refuse rather than return NaN.
+        raise ValueError(
+            "image_emb and text_emb must hold at least one matching pair (batch >= 1), got "
+            f"shapes {tuple(image_emb.shape)} and {tuple(text_emb.shape)}"
+        )
     logits = clip_logits(image_emb, text_emb, logit_scale)  # (B, B)
     targets = torch.arange(logits.shape[0], device=logits.device)  # (B,): pair i is diagonal
     image_to_text = F.cross_entropy(logits, targets)

@@ -20,8 +20,10 @@ from torch import nn
 from ._checks import (
     check_base,
     check_choice,
+    check_device,
     check_even,
     check_float,
+    check_float_dtype,
     check_positive_int,
     check_rank,
     check_span,
@@ -67,6 +69,8 @@ def sinusoidal_encoding(
     max_len = check_positive_int("max_len", max_len)
     d_model = check_even("d_model", d_model)
     base = check_base(base)
+    check_float_dtype("dtype", dtype)
+    check_device("device", device)
     pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (L, 1)
     angles = pos * _inverse_frequencies(d_model, base, torch.float64, None)  # (L, D/2)
     pe = torch.empty(max_len, d_model, dtype=torch.float64)  # (L, D)
@@ -85,14 +89,22 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, *, max_len: int = 4096, base: float = 10000.0):
         super().__init__()
+        pe = sinusoidal_encoding(max_len, d_model, base=base)  # (max_len, D), checks the args
         self.d_model = d_model
         self.max_len = max_len
-        pe = sinusoidal_encoding(max_len, d_model, base=base)  # (max_len, D)
+        self.base = float(base)
         self.register_buffer("pe", pe, persistent=False)
 
     def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
         check_tokens("x", x, self.d_model)
         offset = check_span(offset, x.shape[1], self.max_len)
+        if x.dtype == torch.float64:
+            # The buffer is float32 (or a float32 table cast by ``.double()``): float64 inputs
+            # get the positions computed in float64, exact to float64 rounding.
+            pe = sinusoidal_encoding(
+                offset + x.shape[1], self.d_model, base=self.base, dtype=x.dtype, device=x.device
+            )[offset:]  # (L, D)
+            return x + pe
         pe = self.pe[offset : offset + x.shape[1]]  # (L, D)
         return x + pe.to(x.dtype)  # (B, L, D)
 
@@ -120,7 +132,7 @@ class LearnedPositionalEmbedding(nn.Module):
         nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
-        check_tokens("x", x, self.d_model)
+        check_tokens("x", x, self.d_model, dtype=self.weight.dtype)
         offset = check_span(offset, x.shape[1], self.max_len)
         pe = self.weight[offset : offset + x.shape[1]]  # (L, D)
         return x + pe.to(x.dtype)  # (B, L, D)
@@ -158,8 +170,17 @@ def rope_angles(
             f"positions must have 1 dim [seq] or 2 dims [batch, seq], got shape "
             f"{tuple(positions.shape)}"
         )
-    if positions.dtype == torch.bool:
-        raise TypeError("positions must be an integer or float tensor, got dtype torch.bool")
+    if positions.dtype == torch.bool or positions.is_complex():
+        raise TypeError(
+            f"positions must be an integer or float tensor, got dtype {positions.dtype}"
+        )
+    if positions.dtype in (torch.float16, torch.bfloat16):
+        # bfloat16 holds every integer only up to 256, float16 up to 2048: arange(4096) in
+        # bfloat16 has 769 distinct values, so distinct tokens would share a rotation.
+        raise TypeError(
+            f"positions must be an integer tensor or float32/float64, got dtype "
+            f"{positions.dtype}, which cannot hold distinct integer positions (use torch.long)"
+        )
     head_dim = check_even("head_dim", head_dim)
     base = check_base(base)
     check_choice("dtype", dtype, (torch.float32, torch.float64))
@@ -183,8 +204,9 @@ def apply_rope(
             ``offset .. offset + L - 1``. Ignored when ``positions`` is given (must be 0 then).
         positions: explicit positions ``(L,)`` or per sequence ``(B, L)`` (left-padded batches).
         interleaved: which channels form a pair. ``False`` (default, the "rotate-half"
-            convention of GPT-NeoX / Llama code): pairs ``(i, i + Dh/2)``. ``True`` (the RoFormer
-            paper, GPT-J): pairs ``(2i, 2i + 1)``. The two agree up to that channel permutation.
+            convention of GPT-NeoX and Hugging Face's Llama port): pairs ``(i, i + Dh/2)``.
+            ``True`` (the RoFormer paper, GPT-J, Meta's reference Llama): pairs
+            ``(2i, 2i + 1)``. The two agree up to that channel permutation.
 
     Returns:
         Same shape and dtype as ``x``. The rotation is computed in float32 (float64 for a
@@ -272,19 +294,21 @@ def _geometric_slopes(n: int) -> list[float]:
     return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
 
 
-def alibi_slopes(num_heads: int) -> Tensor:
-    """Per-head ALiBi slopes ``(H,)`` float32 (Press et al., 2022).
+def alibi_slopes(num_heads: int, *, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Per-head ALiBi slopes ``(H,)`` in ``dtype`` (a float dtype; default float32) (Press et
+    al., 2022). Computed in float64 and rounded once to ``dtype``.
 
     For ``H`` a power of two: ``2^(-8 k / H)`` for ``k = 1 .. H``. Otherwise (the paper's rule):
     the slopes for the closest lower power of two ``P``, followed by every other slope of
     ``2P`` (``k = 1, 3, 5, ...``) until there are ``H``.
     """
     num_heads = check_positive_int("num_heads", num_heads)
+    check_float_dtype("dtype", dtype)
     closest = 2 ** int(math.floor(math.log2(num_heads)))
     slopes = _geometric_slopes(closest)
     if closest < num_heads:
         slopes += _geometric_slopes(2 * closest)[0::2][: num_heads - closest]
-    return torch.tensor(slopes, dtype=torch.float32)  # (H,)
+    return torch.tensor(slopes, dtype=dtype)  # (H,)
 
 
 def alibi_bias(
@@ -305,7 +329,12 @@ def alibi_bias(
     puts query ``i`` at position ``i + Lk - Lq`` (decoding with a cache). Broadcasts against
     scores ``(B, H, Lq, Lk)``.
     """
-    slopes = alibi_slopes(num_heads).to(dtype=dtype, device=device)  # (H,)
+    check_float_dtype("dtype", dtype)
+    check_device("device", device)
+    # float64 slopes for a float64 bias; every other dtype rounds the float32 slopes, as
+    # before (half-precision biases stay bitwise what they were).
+    slopes_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    slopes = alibi_slopes(num_heads, dtype=slopes_dtype).to(dtype=dtype, device=device)  # (H,)
     n_queries = check_positive_int("n_queries", n_queries)
     n_keys = n_queries if n_keys is None else check_positive_int("n_keys", n_keys)
     check_choice("alignment", alignment, ("top_left", "bottom_right"))

@@ -28,7 +28,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import check_float, check_positive_int, check_rank, check_tensor
+from ._checks import (
+    check_float,
+    check_module_input,
+    check_positive_int,
+    check_rank,
+    check_tensor,
+)
 from .blocks import Encoder
 from .efficient.probsparse import probsparse_attention
 from .positional import sinusoidal_encoding
@@ -172,6 +178,7 @@ class DLinear(nn.Module):
 
     def forward(self, history: Tensor, phase: Tensor | None = None) -> Tensor:
         _check_history(history, self.lookback)
+        check_module_input("history", history, self)
         trend = moving_average_trend(history, kernel_size=self.kernel_size)  # (B, L)
         return self.trend(trend) + self.remainder(history - trend)  # (B, horizon)
 
@@ -200,6 +207,7 @@ class LSTMForecaster(nn.Module):
 
     def forward(self, history: Tensor, phase: Tensor | None = None) -> Tensor:
         _check_history(history, self.lookback)
+        check_module_input("history", history, self)
         states, _ = self.lstm(history.unsqueeze(-1))  # (B, L, hidden)
         return self.head(states[:, -1])  # (B, horizon)
 
@@ -235,6 +243,7 @@ class TCNForecaster(nn.Module):
 
     def forward(self, history: Tensor, phase: Tensor | None = None) -> Tensor:
         _check_history(history, self.lookback)
+        check_module_input("history", history, self)
         x = self.input(history.unsqueeze(1))  # (B, C, L)
         for conv, d in zip(self.convs, self.dilations, strict=True):
             x = x + F.relu(conv(F.pad(x, ((self.kernel_size - 1) * d, 0))))  # (B, C, L) causal
@@ -335,6 +344,7 @@ class TransformerForecaster(nn.Module):
 
     def forward(self, history: Tensor, phase: Tensor | None = None) -> Tensor:
         _check_history(history, self.lookback)
+        check_module_input("history", history, self)
         x = self.value_embedding(history.unsqueeze(-1)) + self.position  # (B, L, D)
         if self.phase_embedding is not None:
             if phase is None:

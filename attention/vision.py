@@ -13,15 +13,20 @@ cyclically shifted grid so that information crosses window borders.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
 from ._checks import (
+    check_device,
     check_divisible,
-    check_float,
+    check_module_input,
+    check_nonnegative_float,
     check_positive_int,
     check_probability,
     check_rank,
+    check_tensor,
     check_tokens,
 )
 from .blocks import Encoder, FeedForward
@@ -85,7 +90,7 @@ class PatchEmbedding(nn.Module):
         self.proj = nn.Conv2d(in_channels, d_model, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, images: Tensor) -> Tensor:
-        check_float("images", images)
+        check_module_input("images", images, self)
         check_rank("images", images, 4, "[batch, channels, height, width]")
         _, c, h, w = images.shape
         if c != self.in_channels:
@@ -134,6 +139,8 @@ class VisionTransformer(nn.Module):
 
     Built from :class:`attention.blocks.Encoder` (full self-attention over all ``1 + N``
     tokens; no mask: every patch is real). ``forward(images (B, C, H, W)) -> (B, num_classes)``.
+    ``norm_eps``: the ``eps`` of every LayerNorm (default ``1e-5``, torch's; timm's ViTs use
+    ``1e-6``).
     """
 
     def __init__(
@@ -149,9 +156,11 @@ class VisionTransformer(nn.Module):
         *,
         dropout: float = 0.0,
         attn_fn=None,
+        norm_eps: float = 1e-5,
     ) -> None:
         super().__init__()
         check_positive_int("num_classes", num_classes)
+        norm_eps = check_nonnegative_float("norm_eps", norm_eps)
         self.embedding = ViTEmbedding(image_size, patch_size, in_channels, d_model, dropout=dropout)
         self.encoder = Encoder(
             num_layers,
@@ -162,6 +171,7 @@ class VisionTransformer(nn.Module):
             pre_ln=True,
             activation="gelu",
             attn_fn=attn_fn,
+            norm_eps=norm_eps,
         )
         self.head = nn.Linear(d_model, num_classes)
 
@@ -182,6 +192,7 @@ def window_partition(x: Tensor, *, window: int) -> Tensor:
     Windows are ordered image by image, then row-major over the window grid; tokens inside a
     window are row-major. :func:`window_reverse` undoes it.
     """
+    check_tensor("x", x)
     check_rank("x", x, 4, "[batch, height, width, channels]")
     window = check_positive_int("window", window)
     b, h, w, c = x.shape
@@ -193,6 +204,7 @@ def window_partition(x: Tensor, *, window: int) -> Tensor:
 
 def window_reverse(windows: Tensor, *, window: int, height: int, width: int) -> Tensor:
     """Inverse of :func:`window_partition`: ``(B·nW, window², C) -> (B, H, W, C)``."""
+    check_tensor("windows", windows)
     check_rank("windows", windows, 3, "[batch*num_windows, window*window, channels]")
     window = check_positive_int("window", window)
     size = (check_positive_int("height", height), check_positive_int("width", width))
@@ -209,47 +221,92 @@ def window_reverse(windows: Tensor, *, window: int, height: int, width: int) -> 
     return x.reshape(-1, height, width, c)  # (B, H, W, C)
 
 
-def cyclic_shift(x: Tensor, *, shift: int) -> Tensor:
+def _shift_pair(value: object) -> tuple[int, int]:
+    """A shift given as an int (both axes) or a pair ``(rows, cols)`` of ints."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError(f"shift must be an int or a pair (rows, cols), got {value!r}")
+        pair = tuple(value)
+    else:
+        pair = (value, value)
+    for axis, v in zip(("shift[0]", "shift[1]"), pair, strict=True):
+        if isinstance(v, bool) or not isinstance(v, int):
+            name = axis if isinstance(value, (tuple, list)) else "shift"
+            raise TypeError(f"{name} must be an int, got {type(v).__name__} ({v!r})")
+    return pair[0], pair[1]
+
+
+def cyclic_shift(x: Tensor, *, shift: int | tuple[int, int]) -> Tensor:
     """Roll a grid ``(B, H, W, C)`` up and left by ``shift`` (``-shift`` rolls it back).
 
-    Swin's trick: after the roll, the regular window grid covers windows displaced by
-    ``shift`` in the original image, so the same batched window code serves both layers. The
-    rows/columns that wrap around are not neighbours of the ones they land next to; the mask
-    of :func:`shifted_window_mask` keeps them apart.
+    ``shift`` is an int (the same on both axes) or a pair ``(rows, cols)``. Swin's trick:
+    after the roll, the regular window grid covers windows displaced by ``shift`` in the
+    original image, so the same batched window code serves both layers. The rows/columns that
+    wrap around are not neighbours of the ones they land next to; the mask of
+    :func:`shifted_window_mask` keeps them apart.
     """
+    check_tensor("x", x)
     check_rank("x", x, 4, "[batch, height, width, channels]")
-    if isinstance(shift, bool) or not isinstance(shift, int):
-        raise TypeError(f"shift must be an int, got {type(shift).__name__} ({shift!r})")
-    return torch.roll(x, shifts=(-shift, -shift), dims=(1, 2))
+    rows, cols = _shift_pair(shift)
+    return torch.roll(x, shifts=(-rows, -cols), dims=(1, 2))
+
+
+def swin_window_shift(
+    input_resolution, window: int, shift: int | tuple[int, int]
+) -> tuple[int, int]:
+    """The shift Swin actually applies on a grid ``input_resolution = (H, W)``: ``(rows, cols)``.
+
+    Along an axis that one window covers (``H == window`` or ``W == window``) there is nothing
+    to shift across, so the original Swin (and timm) turn the shift off on that axis: a 4×4
+    grid with window 4 gets ``(0, 0)``, an 8×4 grid ``(shift, 0)``. (With the shift kept, the
+    region mask would cut the single window into bands and each token would see only part of
+    it.)
+    """
+    h, w = _pair("input_resolution", input_resolution)
+    window = check_positive_int("window", window)
+    rows, cols = _shift_pair(shift)
+    return (rows if h > window else 0, cols if w > window else 0)
 
 
 def shifted_window_mask(
-    height: int, width: int, window: int, shift: int, *, device: torch.device | str | None = None
+    height: int,
+    width: int,
+    window: int,
+    shift: int | tuple[int, int],
+    *,
+    device: torch.device | str | None = None,
 ) -> Tensor:
     """Which tokens of each window may attend each other after :func:`cyclic_shift`.
 
     Returns bool ``(nW, window², window²)``, ``True`` = may attend (the book's polarity; turn
     it into an additive bias with :func:`attention.masks.to_additive`). Window ``n`` is the
-    ``n``-th window of :func:`window_partition` on the *shifted* grid.
+    ``n``-th window of :func:`window_partition` on the *shifted* grid. ``shift`` is an int (both
+    axes) or a pair ``(rows, cols)``, each in ``[0, window)``.
 
     The Swin paper's construction: label each pixel of the shifted grid by the region it came
-    from (3 bands per axis: the untouched part, the last window's part, and the wrapped-around
-    strip of ``shift`` rows/columns), then allow a pair iff both labels match. With
-    ``shift = 0`` everything is allowed. Every token may attend at least itself, so no row is
-    fully masked.
+    from (3 bands along each shifted axis: the untouched part, the last window's part, and the
+    wrapped-around strip of ``shift`` rows/columns; 1 band along an unshifted axis), then allow
+    a pair iff both labels match. With ``shift = 0`` everything is allowed. Every token may
+    attend at least itself, so no row is fully masked.
     """
     size = (check_positive_int("height", height), check_positive_int("width", width))
     window = check_positive_int("window", window)
-    shift = check_positive_int("shift", shift, allow_zero=True)
+    pair = _shift_pair(shift)
+    for v in pair:
+        check_positive_int("shift", v, allow_zero=True)
     check_divisible("(height, width)", size, "window", window)
-    if shift >= window:
+    check_device("device", device)
+    if max(pair) >= window:
         raise ValueError(f"shift must be in [0, window={window}), got {shift}")
     labels = torch.zeros(1, height, width, 1, dtype=torch.long, device=device)
-    if shift > 0:
-        bands = (slice(0, -window), slice(-window, -shift), slice(-shift, None))
+    if any(pair):
+        row_bands, col_bands = (
+            (slice(0, -window), slice(-window, -s), slice(-s, None)) if s else (slice(None),)
+            for s in pair
+        )
         label = 0
-        for rows in bands:
-            for cols in bands:
+        for rows in row_bands:
+            for cols in col_bands:
                 labels[:, rows, cols, :] = label
                 label += 1
     per_window = window_partition(labels, window=window).squeeze(-1)  # (nW, ws²)
@@ -309,7 +366,7 @@ class WindowAttention(nn.Module):
         self, windows: Tensor, mask: Tensor | None = None, *, need_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         n = self.window * self.window
-        check_float("windows", windows)
+        check_module_input("windows", windows, self)
         check_rank("windows", windows, 3, "[batch*num_windows, window*window, d_model]")
         bw, _, _ = windows.shape
         if windows.shape[1:] != (n, self.d_model):
@@ -327,6 +384,11 @@ class WindowAttention(nn.Module):
                 raise TypeError(
                     "mask must be a bool tensor (nW, window², window²), True = may attend, "
                     f"got {type(mask).__name__ if not isinstance(mask, Tensor) else mask.dtype}"
+                )
+            if mask.device != windows.device:
+                raise ValueError(
+                    f"mask must be on the device of windows ({windows.device}), got a mask on "
+                    f"{mask.device}"
                 )
             n_win = mask.shape[0]
             if mask.dim() != 3 or mask.shape[1:] != (n, n) or bw % n_win:
@@ -356,7 +418,10 @@ class SwinBlock(nn.Module):
         input_resolution: the token grid, ``int`` or ``(H, W)``, both divisible by ``window``.
         num_heads: heads of the window attention.
         window: side of a square window, in tokens.
-        shift: cyclic shift in ``[0, window)``.
+        shift: cyclic shift in ``[0, window)``. Applied only along an axis longer than one
+            window (:func:`swin_window_shift`): on a grid that one window covers the block
+            attends regular windows whatever ``shift`` says; ``shift_size`` holds what is
+            applied, ``(rows, cols)``.
         mlp_ratio: hidden width of the MLP is ``mlp_ratio · d_model``.
     """
 
@@ -383,15 +448,26 @@ class SwinBlock(nn.Module):
         self.attn = WindowAttention(d_model, window, num_heads)
         self.norm2 = nn.LayerNorm(d_model)
         dropout = check_probability("dropout", dropout)
-        hidden = int(mlp_ratio * d_model) if isinstance(mlp_ratio, (int, float)) else 0
-        if isinstance(mlp_ratio, bool) or hidden < 1:
+        if isinstance(mlp_ratio, bool) or not isinstance(mlp_ratio, (int, float)):
+            raise TypeError(
+                f"mlp_ratio must be a number with mlp_ratio * d_model >= 1, got "
+                f"{type(mlp_ratio).__name__} ({mlp_ratio!r})"
+            )
+        hidden = int(mlp_ratio * d_model) if math.isfinite(mlp_ratio) else 0
+        if hidden < 1:
             raise ValueError(
                 f"mlp_ratio must be a number with mlp_ratio * d_model >= 1, got {mlp_ratio!r}"
             )
         # Swin's MLP: the package's FeedForward (dropout on the hidden layer) + output dropout.
         ffn = FeedForward(d_model, hidden, dropout=dropout, activation="gelu")
         self.mlp = nn.Sequential(ffn, nn.Dropout(dropout))
-        region = shifted_window_mask(*self.resolution, window, shift) if shift else None
+        # Per axis: no shift along an axis that one window covers (as in Swin and timm).
+        self.shift_size = swin_window_shift(self.resolution, window, shift)  # (rows, cols)
+        region = (
+            shifted_window_mask(*self.resolution, window, self.shift_size)
+            if any(self.shift_size)
+            else None
+        )
         self.register_buffer("region_mask", region, persistent=False)  # (nW, w², w²) or None
 
     def attend_windows(self, x: Tensor) -> Tensor:
@@ -401,17 +477,22 @@ class SwinBlock(nn.Module):
         """
         (h, w), c = self.resolution, self.d_model
         check_tokens("x", x, c, length=h * w, layout=GRID_LAYOUT)
+        check_module_input("x", x, self)
         grid = x.view(-1, h, w, c)  # (B, H, W, C)
-        if self.shift:
-            grid = cyclic_shift(grid, shift=self.shift)
+        rows, cols = self.shift_size
+        if rows or cols:
+            grid = cyclic_shift(grid, shift=(rows, cols))
         windows = window_partition(grid, window=self.window)  # (B·nW, w², C)
         windows = self.attn(windows, self.region_mask)  # (B·nW, w², C)
         grid = window_reverse(windows, window=self.window, height=h, width=w)  # (B, H, W, C)
-        if self.shift:
-            grid = cyclic_shift(grid, shift=-self.shift)
+        if rows or cols:
+            grid = cyclic_shift(grid, shift=(-rows, -cols))
         return grid.reshape(-1, h * w, c)  # (B, H·W, C)
 
     def forward(self, x: Tensor) -> Tensor:
+        (h, w), c = self.resolution, self.d_model
+        check_tokens("x", x, c, length=h * w, layout=GRID_LAYOUT)
+        check_module_input("x", x, self)
         x = x + self.attend_windows(self.norm1(x))  # (B, H·W, C)
         return x + self.mlp(self.norm2(x))  # (B, H·W, C)
 
@@ -435,6 +516,7 @@ class PatchMerging(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         (h, w), c = self.resolution, self.d_model
         check_tokens("x", x, c, length=h * w, layout=GRID_LAYOUT)
+        check_module_input("x", x, self)
         grid = x.view(-1, h, w, c)  # (B, H, W, C)
         corners = [
             grid[:, 0::2, 0::2],

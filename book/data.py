@@ -1,7 +1,7 @@
 """Real data that ships inside installed packages: nothing here touches the network.
 
 - :func:`digits`: scikit-learn's bundled handwritten digits (1 797 real 8 × 8 greyscale
-  images, 16 levels, classes 0–9; the UCI "optdigits" test set), as tensors, with a fixed,
+  images, 17 grey levels 0–16, classes 0–9; the UCI "optdigits" test set), as tensors, with a fixed,
   seeded, class-balanced train/test split.
 - :func:`pydoc_text`: Python's own ``pydoc_data.topics`` (the help texts of the language
   reference, ≈ 465 k characters of English), for character-level language models;

@@ -43,19 +43,54 @@ def set_style() -> None:
 
 
 def _as_array(name: str, weights: object, rank: int, layout: str) -> np.ndarray:
-    """A ``rank``-D float array from a tensor or array; refuses other ranks."""
+    """A ``rank``-D float array from a real tensor or array; refuses other ranks, non-numeric
+    or complex values and empty arrays (there is nothing to draw)."""
     if isinstance(weights, torch.Tensor):
+        if weights.is_complex():
+            raise TypeError(f"{name} must hold real numbers, got dtype {weights.dtype}")
         weights = weights.detach().to("cpu", torch.float32).numpy()
     if not isinstance(weights, np.ndarray):
         raise TypeError(
             f"{name} must be a torch.Tensor or numpy array, got {type(weights).__name__}"
+        )
+    if weights.dtype != np.bool_ and not (
+        np.issubdtype(weights.dtype, np.integer) or np.issubdtype(weights.dtype, np.floating)
+    ):
+        raise TypeError(
+            f"{name} must hold real numbers, got a numpy array of dtype {weights.dtype}"
         )
     if weights.ndim != rank:
         raise ValueError(
             f"{name} must have {rank} dimensions {layout}, got {weights.ndim} with shape "
             f"{tuple(weights.shape)}"
         )
+    if weights.size == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(weights.shape)}): nothing to draw")
     return weights.astype(np.float32)
+
+
+def _numbers(name: str, values: object, *, allow_none: bool = False) -> np.ndarray:
+    """A non-empty 1-D float array from a sequence of real numbers (``None`` -> NaN, a gap,
+    when ``allow_none``); ``TypeError``/``ValueError`` naming ``name`` otherwise."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise TypeError(
+            f"{name} must be a sequence of numbers, got {type(values).__name__} ({values!r})"
+        )
+    out = []
+    for i, v in enumerate(values.tolist() if hasattr(values, "tolist") else values):
+        if v is None and allow_none:
+            out.append(np.nan)
+            continue
+        bad = isinstance(v, (str, bytes, bool, np.bool_, complex)) or np.iscomplexobj(v)
+        try:
+            out.append(float("nan") if bad else float(v))
+        except (TypeError, ValueError):
+            bad = True
+        if bad:
+            raise TypeError(f"{name}[{i}] must be a real number, got {type(v).__name__} ({v!r})")
+    if not out:
+        raise ValueError(f"{name} is empty: nothing to draw")
+    return np.array(out, dtype=float)
 
 
 def _check_labels(name: str, labels: Sequence[str] | None, n: int, dim: str) -> None:
@@ -184,14 +219,15 @@ def plot_lines(
     if ax is None:
         _, ax = plt.subplots()
     for idx, (label, ys) in enumerate(ys_by_label.items()):
-        x = xs[label] if isinstance(xs, Mapping) else xs
-        if len(x) != len(ys):
-            raise ValueError(
-                f"ys_by_label[{label!r}] has {len(ys)} values but its xs have {len(x)}"
-            )
-        y = np.array([np.nan if v is None else float(v) for v in ys])
+        if isinstance(xs, Mapping) and label not in xs:
+            raise ValueError(f"xs has no entry for the label {label!r} of ys_by_label")
+        x_name = f"xs[{label!r}]" if isinstance(xs, Mapping) else "xs"
+        x = _numbers(x_name, xs[label] if isinstance(xs, Mapping) else xs)
+        y = _numbers(f"ys_by_label[{label!r}]", ys, allow_none=True)
+        if len(x) != len(y):
+            raise ValueError(f"ys_by_label[{label!r}] has {len(y)} values but its xs have {len(x)}")
         marker = MARKERS[idx % len(MARKERS)] if markers else None
-        ax.plot(np.asarray(x, dtype=float), y, marker=marker, label=str(label))
+        ax.plot(x, y, marker=marker, label=str(label))
     if logx:
         ax.set_xscale("log")
     if logy:
@@ -211,7 +247,14 @@ def _check_texts(**texts: str) -> None:
 
 def _seed_values(name: str, values: object) -> np.ndarray:
     """A 1-D float array of one measurement's values over seeds (at least one, all finite)."""
-    arr = np.asarray(values, dtype=float).reshape(-1) if values is not None else np.array([])
+    if values is None:
+        values = []
+    elif not hasattr(values, "__len__") or isinstance(values, (str, bytes)):
+        values = [values]  # one number: one seed
+    try:
+        arr = np.asarray(values, dtype=float).reshape(-1)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must hold real numbers (one per seed), got {values!r}") from err
     if arr.size == 0:
         raise ValueError(f"{name} must hold at least one value (one per seed), got none")
     if not np.isfinite(arr).all():
@@ -223,6 +266,10 @@ def reference_line(ax: plt.Axes, y: float, label: str, *, color: str = "0.4") ->
     """A labelled horizontal line (chance level, a threshold, a theory value), drawn above the
     data so that it stays visible, and named in the legend."""
     _check_texts(label=label)
+    if isinstance(y, bool) or not isinstance(y, (int, float, np.number)):
+        raise TypeError(f"y must be a real number, got {type(y).__name__} ({y!r})")
+    if not np.isfinite(y):
+        raise ValueError(f"y must be finite, got {y}")
     ax.axhline(float(y), color=color, linestyle="--", linewidth=1.2, zorder=5, label=label)
 
 
@@ -249,7 +296,7 @@ def plot_spread(
             f"runs_by_label must be a non-empty mapping label -> values per x, got "
             f"{type(runs_by_label).__name__}"
         )
-    x = np.asarray(xs, dtype=float)
+    x = _numbers("xs", xs)
     if ax is None:
         _, ax = plt.subplots()
     for idx, (label, runs) in enumerate(runs_by_label.items()):

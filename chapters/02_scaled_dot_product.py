@@ -46,7 +46,9 @@ import torch.nn.functional as F
 
 from attention.functional import scaled_dot_product_attention
 from book.claims import claims_table, record_claim
+from book.diagrams.ch02 import five_steps
 from book.experiments.ch02 import (
+    RetrievalModel,
     dot_product_scores,
     dot_product_stats,
     saturation_stats,
@@ -54,7 +56,7 @@ from book.experiments.ch02 import (
     train_retrieval,
 )
 from book.experiments.training import first_step_below, moving_average
-from book.plotting import plot_attention, plot_lines, set_style
+from book.plotting import plot_attention, plot_lines, reference_line, set_style
 from book.progress import progress
 
 set_style()
@@ -117,7 +119,7 @@ assert soft_lookup(32.0 * mostly_apple)[1][0] > 0.95  # large scores: nearly a h
 
 # %% [markdown]
 # Keep that last observation in mind: *the size of the scores, not just their order, decides
-# how hard the lookup is.* Section 2.3 is about exactly this, once the scores are computed
+# how hard the lookup is.* Section 2.4 is about exactly this, once the scores are computed
 # from learned vectors of width $d_k$.
 
 # %% [markdown]
@@ -229,7 +231,129 @@ record_claim(
 # diagonal wins about as often as chance (one row in ten).
 
 # %% [markdown]
-# ## 2.3 Why divide by $\sqrt{d_k}$?
+# ## 2.3 The whole computation in five steps
+#
+# Back to the running sentence, now with every step written out and checked. $X$ is
+# $(L, d_\text{model}) = (10, 16)$, $d_k = d_v = 8$.
+#
+# The diagram below is the whole section on one page: five steps, and the shape of every
+# tensor for our sentence (it is drawn from the sizes defined above, so it cannot disagree
+# with the code).
+
+# %%
+_ = five_steps(len(tokens), d_model, d_k, d_v)
+
+# %% [markdown]
+# **Step 1 — project.** Three matrix products give the queries, keys and values of all
+# tokens at once.
+
+# %%
+Q = x @ W_Q  # (L, d_k)
+K = x @ W_K  # (L, d_k)
+V = x @ W_V  # (L, d_v)
+assert Q.shape == K.shape == (10, d_k) and V.shape == (10, d_v)
+assert torch.allclose(Q[7], x[7] @ W_Q)  # row i of Q is token i's query ("it")
+
+# %% [markdown]
+# **Step 2 — score every query against every key.** $S = QK^\top$ is $(L, L)$: row $i$
+# holds token $i$'s scores for all tokens, $S_{ij} = q_i\cdot k_j$.
+
+# %%
+S = Q @ K.T  # (L, L)
+assert S.shape == (10, 10)
+assert torch.isclose(S[7, 1], torch.dot(Q[7], K[1]))  # "it" scoring "cat"
+
+# %% [markdown]
+# **Step 3 — scale.** Divide by $\sqrt{d_k}$; why this factor, and what goes wrong without
+# it, is section 2.4.
+
+# %%
+S_scaled = S / math.sqrt(d_k)  # (L, L)
+
+# %% [markdown]
+# **Step 4 — softmax each row.** Row $i$ becomes a probability distribution over the keys:
+# non-negative, summing to one. The softmax runs along the *key* axis (the last one); along
+# the other axis it would mix different queries' scores, a classic bug.
+
+# %%
+A = torch.softmax(S_scaled, dim=-1)  # (L, L): A[i, j] = weight of token j for query i
+assert (A >= 0).all()
+assert torch.allclose(A.sum(dim=-1), torch.ones(10))  # rows sum to 1 (columns need not)
+
+# %% [markdown]
+# **Step 5 — weighted sum of values.** $Z = AV$: token $i$'s output is
+# $\sum_j A_{ij} v_j$, a mix of every token's value.
+
+# %%
+Z = A @ V  # (L, d_v)
+assert torch.allclose(Z[7], (A[7].unsqueeze(1) * V).sum(0), atol=1e-6)  # Σ_j A[7, j] v_j
+
+# %% [markdown]
+# **Then $W_O$.** A last projection maps the result back to the model width, so that it can
+# be added to $x$ (the residual connection of later chapters). With several heads (chapter
+# 3), $W_O$ is also what mixes their outputs.
+
+# %% tags=["NBVAL_CHECK_OUTPUT"]
+out = Z @ W_O  # (L, d_model)
+for name, t in (("X", x), ("Q", Q), ("K", K), ("V", V), ("S", S), ("A", A), ("Z", Z), ("out", out)):
+    print(f"{name:>3}: {tuple(t.shape)}")
+
+# %% [markdown]
+# Our hand-written steps must agree with the package's reference implementation and with
+# PyTorch's own fused kernel. Both expect the book's layout `[batch, heads, seq, dim]`, so we
+# add two leading axes of size one.
+
+# %%
+q4, k4, v4 = (t[None, None] for t in (Q, K, V))  # (1, 1, L, d) each
+z_package, a_package = scaled_dot_product_attention(q4, k4, v4, need_weights=True)
+z_torch = F.scaled_dot_product_attention(q4, k4, v4)  # (1, 1, L, d_v)
+torch.testing.assert_close(z_package[0, 0], Z)
+torch.testing.assert_close(a_package[0, 0], A)
+torch.testing.assert_close(z_torch[0, 0], Z)
+print("hand-written = attention.functional = torch.nn.functional: ✓")
+
+# %%
+_ = plot_attention(
+    A,
+    x_labels=tokens,
+    y_labels=tokens,
+    title="Running example: A = softmax(QKᵀ/√d_k), random projections",
+)
+
+# %% [markdown]
+# Each row is one token's distribution of attention over the sentence. Note the two *the*
+# rows (0 and 4): identical, because the two tokens have identical embeddings — attention
+# alone is blind to order, which is the subject of chapter 4.
+#
+# ### No loop over time
+#
+# Nothing in the five steps loops over positions: every row of $A$ and $Z$ is computed by
+# the same matrix products, and no row waits for another. Writing the computation as a loop
+# over queries gives the same numbers, but it is the matrix form that hardware runs well. (An
+# RNN could not be written this way: its step $t$ needs the state from step $t-1$.)
+
+# %%
+Z_loop = torch.stack(
+    [torch.softmax(K @ Q[i] / math.sqrt(d_k), dim=-1) @ V for i in range(len(tokens))]
+)  # (L, d_v), one query at a time
+torch.testing.assert_close(Z_loop, Z)
+
+# A longer sequence makes the difference visible (timings vary by machine; not asserted).
+gen = torch.Generator().manual_seed(7)
+q_long, k_long, v_long = (torch.randn(512, 64, generator=gen) for _ in range(3))  # (L, d) each
+start = time.perf_counter()
+z_long_loop = torch.stack(
+    [torch.softmax(k_long @ q_long[i] / 8.0, -1) @ v_long for i in range(512)]
+)  # (L, d)
+t_loop = time.perf_counter() - start
+start = time.perf_counter()
+z_long = torch.softmax(q_long @ k_long.T / 8.0, -1) @ v_long  # (L, d)
+t_matrix = time.perf_counter() - start
+torch.testing.assert_close(z_long_loop, z_long, atol=1e-5, rtol=1e-4)
+print(f"L = 512: loop over queries {t_loop * 1e3:.1f} ms, matrix form {t_matrix * 1e3:.1f} ms")
+
+# %% [markdown]
+# ## 2.4 Why divide by $\sqrt{d_k}$?
 #
 # ### C5: the variance of a dot product
 #
@@ -302,6 +426,9 @@ plot_lines(
     logy=True,
     ax=axes[0],
 )
+theory = axes[0].lines[0]  # the theory line: on top of the measurements, dashed, so it shows
+theory.set(zorder=5, linestyle="--", color="black", linewidth=1.2, marker="none")
+axes[0].legend()
 bins = torch.linspace(-100, 100, 81)  # score bins
 centres = ((bins[1:] + bins[:-1]) / 2).tolist()
 densities = {}
@@ -414,10 +541,11 @@ plot_lines(
     ax=axes[1],
 )
 for ax in axes:
-    ax.axvline(1.0, color="grey", ls=":", lw=1)
-    ax.axvline(math.sqrt(512), color="grey", ls="--", lw=1)
-axes[1].text(1.05, 1e-4, "scaled (std 1)", fontsize=8)
-axes[1].text(math.sqrt(512) * 1.05, 1e-2, "unscaled,\nd_k = 512", fontsize=8)
+    ax.axvline(1.0, color="grey", ls=":", lw=1, zorder=5, label="scaled scores (std 1)")
+    ax.axvline(math.sqrt(512), color="grey", ls="--", lw=1, zorder=5,
+               label="unscaled, d_k = 512 (std √512)")  # fmt: skip
+axes[0].legend(fontsize=8, loc="center left")
+axes[1].legend(fontsize=8, loc="lower left")
 fig.tight_layout()
 
 # %% [markdown]
@@ -477,7 +605,7 @@ record_claim(
 
 # %% [markdown]
 # **Verdict on C6: reproduced, with two refinements.** At $d_k = 1024$ the unscaled softmax
-# puts on average over 90 % of its weight on one key and the typical row's Jacobian is
+# puts on average 0.94 of its weight on one key (the table above) and the typical row's Jacobian is
 # hundreds of times smaller than with scaling; after dividing by $\sqrt{d_k}$ the statistics
 # are the same at every width. But (i) the damage needs large widths — at $d_k = 16$ the
 # unscaled softmax is sharper and yet passes *more* gradient — and (ii) the *mean* gradient
@@ -505,6 +633,13 @@ record_claim(
 # a model can do without matching the query to the right key).
 
 # %%
+# The model trained below, printed (train_retrieval builds exactly this, once per run):
+with torch.random.fork_rng():  # leaves the global random state as it was
+    retrieval_model = RetrievalModel(64, 64, 64, 512, scaled=True)  # keys, values, d_model, d_k
+print(retrieval_model)
+print(f"parameters: {sum(p.numel() for p in retrieval_model.parameters()):,}")
+
+# %%
 STEPS = 400
 runs = {
     label: train_retrieval(scaled=scaled, d_k=512, steps=STEPS, seed=0, progress=True)
@@ -523,10 +658,9 @@ plot_lines(
     ax=ax,
     markers=False,
 )
-ax.axhline(math.log(64), color="grey", ls=":", lw=1)
-ax.axhline(math.log(8), color="grey", ls="--", lw=1)
-ax.text(STEPS * 0.72, math.log(64) + 0.06, "chance: ln 64", fontsize=8)
-ax.text(STEPS * 0.72, math.log(8) + 0.06, "ignore the query: ln 8", fontsize=8)
+reference_line(ax, math.log(64), "chance: ln 64")
+reference_line(ax, math.log(8), "ignore the query: ln 8", color="0.6")
+ax.legend(fontsize=8, loc="upper right", bbox_to_anchor=(1.0, 0.85))
 fig.tight_layout()
 
 # %% [markdown]
@@ -658,119 +792,6 @@ record_claim(
 # harder task could lengthen or shorten the plateau.
 
 # %% [markdown]
-# ## 2.4 The whole computation in five steps
-#
-# Back to the running sentence, now with every step written out and checked. $X$ is
-# $(L, d_\text{model}) = (10, 16)$, $d_k = d_v = 8$.
-#
-# **Step 1 — project.** Three matrix products give the queries, keys and values of all
-# tokens at once.
-
-# %%
-Q = x @ W_Q  # (L, d_k)
-K = x @ W_K  # (L, d_k)
-V = x @ W_V  # (L, d_v)
-assert Q.shape == K.shape == (10, d_k) and V.shape == (10, d_v)
-assert torch.allclose(Q[7], x[7] @ W_Q)  # row i of Q is token i's query ("it")
-
-# %% [markdown]
-# **Step 2 — score every query against every key.** $S = QK^\top$ is $(L, L)$: row $i$
-# holds token $i$'s scores for all tokens, $S_{ij} = q_i\cdot k_j$.
-
-# %%
-S = Q @ K.T  # (L, L)
-assert S.shape == (10, 10)
-assert torch.isclose(S[7, 1], torch.dot(Q[7], K[1]))  # "it" scoring "cat"
-
-# %% [markdown]
-# **Step 3 — scale.** Divide by $\sqrt{d_k}$ (section 2.3).
-
-# %%
-S_scaled = S / math.sqrt(d_k)  # (L, L)
-
-# %% [markdown]
-# **Step 4 — softmax each row.** Row $i$ becomes a probability distribution over the keys:
-# non-negative, summing to one. The softmax runs along the *key* axis (the last one); along
-# the other axis it would mix different queries' scores, a classic bug.
-
-# %%
-A = torch.softmax(S_scaled, dim=-1)  # (L, L): A[i, j] = weight of token j for query i
-assert (A >= 0).all()
-assert torch.allclose(A.sum(dim=-1), torch.ones(10))  # rows sum to 1 (columns need not)
-
-# %% [markdown]
-# **Step 5 — weighted sum of values.** $Z = AV$: token $i$'s output is
-# $\sum_j A_{ij} v_j$, a mix of every token's value.
-
-# %%
-Z = A @ V  # (L, d_v)
-assert torch.allclose(Z[7], (A[7].unsqueeze(1) * V).sum(0), atol=1e-6)  # Σ_j A[7, j] v_j
-
-# %% [markdown]
-# **Then $W_O$.** A last projection maps the result back to the model width, so that it can
-# be added to $x$ (the residual connection of later chapters). With several heads (chapter
-# 3), $W_O$ is also what mixes their outputs.
-
-# %% tags=["NBVAL_CHECK_OUTPUT"]
-out = Z @ W_O  # (L, d_model)
-for name, t in (("X", x), ("Q", Q), ("K", K), ("V", V), ("S", S), ("A", A), ("Z", Z), ("out", out)):
-    print(f"{name:>3}: {tuple(t.shape)}")
-
-# %% [markdown]
-# Our hand-written steps must agree with the package's reference implementation and with
-# PyTorch's own fused kernel. Both expect the book's layout `[batch, heads, seq, dim]`, so we
-# add two leading axes of size one.
-
-# %%
-q4, k4, v4 = (t[None, None] for t in (Q, K, V))  # (1, 1, L, d) each
-z_package, a_package = scaled_dot_product_attention(q4, k4, v4, need_weights=True)
-z_torch = F.scaled_dot_product_attention(q4, k4, v4)  # (1, 1, L, d_v)
-torch.testing.assert_close(z_package[0, 0], Z)
-torch.testing.assert_close(a_package[0, 0], A)
-torch.testing.assert_close(z_torch[0, 0], Z)
-print("hand-written = attention.functional = torch.nn.functional: ✓")
-
-# %%
-plot_attention(
-    A,
-    x_labels=tokens,
-    y_labels=tokens,
-    title="Running example: A = softmax(QKᵀ/√d_k), random projections",
-)
-
-# %% [markdown]
-# Each row is one token's distribution of attention over the sentence. Note the two *the*
-# rows (0 and 4): identical, because the two tokens have identical embeddings — attention
-# alone is blind to order, which is the subject of chapter 4.
-#
-# ### No loop over time
-#
-# Nothing in the five steps loops over positions: every row of $A$ and $Z$ is computed by
-# the same matrix products, and no row waits for another. Writing the computation as a loop
-# over queries gives the same numbers, but it is the matrix form that hardware runs well. (An
-# RNN could not be written this way: its step $t$ needs the state from step $t-1$.)
-
-# %%
-Z_loop = torch.stack(
-    [torch.softmax(K @ Q[i] / math.sqrt(d_k), dim=-1) @ V for i in range(len(tokens))]
-)  # (L, d_v), one query at a time
-torch.testing.assert_close(Z_loop, Z)
-
-# A longer sequence makes the difference visible (timings vary by machine; not asserted).
-gen = torch.Generator().manual_seed(7)
-q_long, k_long, v_long = (torch.randn(512, 64, generator=gen) for _ in range(3))  # (L, d) each
-start = time.perf_counter()
-z_long_loop = torch.stack(
-    [torch.softmax(k_long @ q_long[i] / 8.0, -1) @ v_long for i in range(512)]
-)  # (L, d)
-t_loop = time.perf_counter() - start
-start = time.perf_counter()
-z_long = torch.softmax(q_long @ k_long.T / 8.0, -1) @ v_long  # (L, d)
-t_matrix = time.perf_counter() - start
-torch.testing.assert_close(z_long_loop, z_long, atol=1e-5, rtol=1e-4)
-print(f"L = 512: loop over queries {t_loop * 1e3:.1f} ms, matrix form {t_matrix * 1e3:.1f} ms")
-
-# %% [markdown]
 # ## Claims checked
 
 # %%
@@ -793,10 +814,11 @@ claims_table()
 #
 # ## Exercises
 #
-# `exercises/02_scaled_dot_product.ipynb` has five: scaled dot-product attention with a mask;
-# the variance of a score for given widths, variances and scale; a softmax that is stable and
-# gives zeros for fully masked rows; the FLOPs of $QK^\top$; and the softmax Jacobian. Check
-# your answers in the notebook, or all at once with `make check CH=02`.
+# Your workbook `my-exercises/02_scaled_dot_product.ipynb` (`make lab` copies it there) has
+# five: scaled dot-product attention with a mask; the variance of a score for given widths,
+# variances and scale; a softmax that is stable and gives zeros for fully masked rows; the
+# FLOPs of $QK^\top$; and the softmax Jacobian. Check your answers in the notebook, or all at
+# once with `make check CH=02`.
 #
 # ## Further reading
 #

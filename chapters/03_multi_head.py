@@ -52,17 +52,21 @@ from attention.blocks import EncoderLayer
 from attention.functional import scaled_dot_product_attention
 from attention.heads import MultiHeadAttention, merge_heads, split_heads
 from book.claims import claims_table, record_claim
+from book.diagrams.ch03 import split_attend_concat
 from book.experiments.ch03 import (
     SOFTMAX_FLOPS_PER_SCORE,
+    assert_c9a_heads_split_without_new_parameters,
+    assert_c10_rises_then_falls,
     kv_cache_bytes,
     mha_flops,
     pair_token_names,
     pairs_batch,
     train_pairs,
 )
+from book.experiments.seeds import SEEDS, spread
 from book.experiments.training import torch_threads
 from book.measure.timing import min_seconds
-from book.plotting import plot_heads, plot_lines, set_style
+from book.plotting import plot_heads, plot_lines, plot_spread, reference_line, set_style
 
 set_style()
 torch.manual_seed(0)
@@ -130,8 +134,8 @@ assert not torch.equal(fetch(order_a, two_heads), fetch(order_b, two_heads))
 # %% [markdown]
 # The printout lists the non-zero features of each output (feature: value). With one head,
 # both orders give features 3 and 5 at one half each: nothing says which digit was the
-# previous token. With two heads, head 0 fills features 0–7 and head 1 features 8–15, so
-# "previous = 3" (feature 3) and "previous = 5" (feature 5) stay distinct. A
+# previous token. With two heads, head 0 fills the first eight features and head 1 the next
+# eight, so "previous = 3" (feature 3) and "previous = 5" (feature 5) stay distinct. A
 # single head could still learn *one* of the two relations perfectly; it is the combination it
 # cannot deliver. Section 3.4 trains models on exactly this situation.
 
@@ -151,12 +155,14 @@ assert not torch.equal(fetch(order_a, two_heads), fetch(order_b, two_heads))
 # $B = 1$, $L = 10$ tokens, $d_\text{model} = 12$, $h = 4$ heads, $d_k = 3$. Instead of
 # inventing weights, we create the package's layer (without biases, for readable formulas) and
 # redo its computation by hand with its weight matrices. `nn.Linear` stores a weight as
-# (out, in), so $W = $ `weight.T` in the book's $xW$ convention.
+# (out, in), so $W = $ `weight.T` in the book's $xW$ convention. The diagram shows the
+# four stages for these sizes; the cells after it walk through them.
 
 # %%
 tokens = ["the", "cat", "sat", "on", "the", "mat", "because", "it", "was", "tired"]
 B, L, D, H = 1, len(tokens), 12, 4
 D_HEAD = D // H
+_ = split_attend_concat(d_model=D, num_heads=H, seq_len=L)
 
 gen = torch.Generator().manual_seed(3)
 vocab = sorted(set(tokens))
@@ -199,8 +205,8 @@ assert torch.equal(q, split_heads(Q, num_heads=H))  # the package's helper does 
 # $(B, h, L, d_k)$ also gives the right shape and raises no error, but it cuts the *flat*
 # memory of the $(L, D)$ matrix into $h$ consecutive blocks of $L d_k$ numbers: the first
 # "head" then holds all features of the first tokens (here tokens 0, 1 and half of 2), not a
-# slice of every token. Token 0 of head 1 is, in fact, a piece of token 2 (of the 120
-# numbers, head 1's block starts at number 30: token 2, feature 6):
+# slice of every token. Token 0 of head 1 is, in fact, a piece of token 2 (of the $L \cdot D$
+# numbers, head 1's block starts at number $L d_k$ = 30: token 2, feature 6):
 
 # %%
 wrong_q = Q.reshape(B, H, L, D_HEAD)  # (B, H, L, d_k): right shape, wrong content
@@ -447,15 +453,21 @@ print(f"encoder layer (attention + FFN):  {n_params(bert_layer):>11,}")
 print(f"BERT-base (12 layers + embeddings + pooler): {bert_base_total:,}")
 
 # %%
-assert n_params(bert_attention) == 4 * (768 * 768 + 768) == 2_362_368
-assert n_params(one_wide_head) == n_params(torch_bert_attention) == n_params(bert_attention)
+# torch.nn.MultiheadAttention is an implementation written independently of the package.
+assert_c9a_heads_split_without_new_parameters(
+    768,
+    {"12 heads": n_params(bert_attention), "1 head": n_params(one_wide_head)},
+    independent=n_params(torch_bert_attention),
+)
+assert n_params(bert_attention) == 2_362_368
 assert 12 * 4 * 768 * 64 == 4 * 768**2
 assert n_params(bert_layer) == 7_087_872
 assert bert_base_total == 109_482_240  # the "110M" of the BERT paper
 record_claim(
     "C9a",
     claim="BERT-base: d_model 768 split into 12 heads of d_k 64",
-    experiment="parameter count of the package's layers (and torch's) at BERT-base's shape",
+    experiment="a configuration fact, counted: the package's layers at BERT-base's shape with "
+    "12 heads and 1 head, checked against torch.nn.MultiheadAttention's independent count",
     verdict="reproduced",
     measured=f"attention layer {n_params(bert_attention):,} parameters for 12 heads and for 1 "
     f"head; encoder layer {n_params(bert_layer):,}; whole model {bert_base_total:,}",
@@ -502,6 +514,8 @@ print("partner at:     ", " ".join(f"{int(p):>3}" for p in example.partner[0]))
 runs = {}  # (num_heads, seed) -> PairsRun; section 3.5 adds more
 for h in (1, 2, 4):
     runs[h, 0] = train_pairs(num_heads=h, seed=0, progress=True)
+print(runs[2, 0].model)  # the model trained here (2 heads): every module and its sizes
+print(f"parameters: {sum(p.numel() for p in runs[2, 0].model.parameters()):,}")
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 4))
@@ -514,10 +528,9 @@ plot_lines(
     ax=ax,
     markers=False,
 )
-ax.axhline(math.log(8), color="grey", ls=":", lw=1)
-ax.axhline(math.log(8) / 2, color="grey", ls="--", lw=1)
-ax.text(200, math.log(8) + 0.05, "chance: ln 8", fontsize=8)
-ax.text(200, math.log(8) / 2 + 0.05, "one relation solved", fontsize=8)
+reference_line(ax, math.log(8), "chance: ln 8")
+reference_line(ax, math.log(8) / 2, "one relation solved: ½ ln 8", color="0.6")
+ax.legend(fontsize=8, loc="upper right", bbox_to_anchor=(1.0, 0.8))  # between the two lines
 fig.tight_layout()
 
 # %%
@@ -590,17 +603,19 @@ record_claim(
 )
 
 # %% [markdown]
-# **Verdict on C9: the arithmetic is reproduced exactly; specialisation is reproduced in a
-# controlled model, hence "partly".** With two heads, one head puts nearly all its weight on
-# the previous token and the other on the partner, and both digits are right almost always.
-# With one head, the model picks one relation, solves it, and guesses the other — the
-# averaging problem of section 3.1, now found by gradient descent. Two caveats keep the
-# verdict at "partly". We did not look inside BERT: our task was *designed* to need two
-# relations, so it shows that heads can and do split work when a task rewards it, not which
-# relations BERT's heads pick. And specialisation is not one head per relation: with four
-# heads, one took the previous token and the others mostly shared the partner search between
-# them — redundancy that Michel et al. (2019) and Voita et al. (2019) found in trained
-# translation models too, where many heads can be pruned at little cost.
+# **Verdict on C9: the arithmetic holds exactly (a configuration fact rather than a finding:
+# we counted it, and torch's independently written `nn.MultiheadAttention` gives the same
+# count); specialisation is reproduced in a controlled model, hence "partly".** With two
+# heads, one head puts nearly all its weight on the previous token and the other on the
+# partner, and both digits are right almost always. With one head, the model picks one
+# relation, solves it, and guesses the other — the averaging problem of section 3.1, now found
+# by gradient descent. Two caveats keep the verdict at "partly". We did not look inside BERT:
+# our task was *designed* to need two relations, so it shows that heads can and do split work
+# when a task rewards it, not which relations BERT's heads pick. And specialisation is not one
+# head per relation: with four heads, one took the previous token and the others mostly shared
+# the partner search between them — redundancy that Michel et al. (2019) and Voita et al.
+# (2019) found in trained translation models too, where many heads can be pruned at little
+# cost.
 
 # %% [markdown]
 # ## 3.5 C10: how many heads?
@@ -612,13 +627,18 @@ record_claim(
 #
 # **Our experiment.** We cannot train $d_\text{model} = 512$ models here, so we scale the
 # question down: the two-relation task, $d_\text{model} = 32$ fixed, $h \in \{1, 2, 4, 8,
-# 16\}$ (head width 32 down to 2), two seeds each, the same 300 steps for every run. We report
-# the accuracy on held-out sequences (fresh data: "validation") and the final training loss
-# (how well the model fits).
+# 16\}$ (head width 32 down to 2), three seeds each (the book's `SEEDS`), the same 300 steps
+# for every run. We report the accuracy on held-out sequences (fresh data: "validation") and
+# the final training loss (how well the model fits).
+#
+# **The test, fixed before the run.** "Rises, then falls" means: the head count with the best
+# mean accuracy is neither the smallest nor the largest we try, and it beats *both* ends by at
+# least `C10_MARGIN` = 0.1 in mean accuracy (ten points, a gap no reader would call noise).
+# `assert_c10_rises_then_falls` checks exactly that.
 
 # %%
 HEADS = (1, 2, 4, 8, 16)
-SEEDS = (0, 1)
+C10_MARGIN = 0.1  # from the claim: the interior optimum beats both ends by ten points
 for h in HEADS:
     for seed in SEEDS:
         if (h, seed) not in runs:
@@ -634,6 +654,7 @@ ablation = {
         "previous": sum(runs[h, s].accuracy[0] for s in SEEDS) / len(SEEDS),
         "partner": sum(runs[h, s].accuracy[1] for s in SEEDS) / len(SEEDS),
         "both": sum(runs[h, s].mean_accuracy for s in SEEDS) / len(SEEDS),
+        "both per seed": [runs[h, s].mean_accuracy for s in SEEDS],
         "final loss": sum(final_loss(runs[h, s]) for s in SEEDS) / len(SEEDS),
     }
     for h in HEADS
@@ -641,19 +662,25 @@ ablation = {
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-plot_lines(
+plot_spread(
     list(HEADS),
-    {rel: [ablation[h][rel] for h in HEADS] for rel in ("previous", "partner", "both")},
-    title="C10: held-out accuracy vs head count (d_model 32)",
+    {
+        "previous": [[runs[h, s].accuracy[0] for s in SEEDS] for h in HEADS],
+        "partner": [[runs[h, s].accuracy[1] for s in SEEDS] for h in HEADS],
+        "both": [ablation[h]["both per seed"] for h in HEADS],
+    },
+    title=f"C10: held-out accuracy vs head count (d_model 32, {len(SEEDS)} seeds)",
     xlabel="number of heads h (head width 32 / h)",
-    ylabel="accuracy (mean of 2 seeds)",
+    ylabel="accuracy (mean, min–max bars)",
     logx=True,
     ax=axes[0],
 )
-axes[0].axhline(1 / 8, color="grey", ls=":", lw=1)
-plot_lines(
+reference_line(axes[0], 1 / 8, "chance, one digit (1/8)")
+axes[0].set_ylim(0, 1.05)
+axes[0].legend(loc="center", bbox_to_anchor=(0.6, 0.45), fontsize=8)  # the empty middle
+plot_spread(
     list(HEADS),
-    {"final training loss": [ablation[h]["final loss"] for h in HEADS]},
+    {"final training loss": [[final_loss(runs[h, s]) for s in SEEDS] for h in HEADS]},
     title="C10: fit after 300 steps",
     xlabel="number of heads h (head width 32 / h)",
     ylabel="cross-entropy, last 50 steps (nats)",
@@ -678,16 +705,16 @@ for h in HEADS:
     )
 
 # %%
-assert ablation[2]["both"] > 0.97 and ablation[4]["both"] > 0.97  # the middle solves it ...
-assert ablation[1]["both"] < 0.7  # ... too few heads: one relation at chance
-assert ablation[16]["both"] < 0.75  # ... too many, too narrow heads: underfit
-assert ablation[16]["final loss"] > 0.5 and ablation[1]["final loss"] > 0.5
-assert ablation[8]["final loss"] > 3 * max(ablation[2]["final loss"], ablation[4]["final loss"])
+best_h = assert_c10_rises_then_falls(
+    {h: ablation[h]["both per seed"] for h in HEADS}, margin=C10_MARGIN
+)
+print(f"best head count h = {best_h}: mean accuracy {ablation[best_h]['both']:.3f}")
 
 # %% [markdown]
 # The curve rises and falls. One head cannot serve two relations (section 3.4). Two and four
-# heads, of width 16 and 8, solve the task. At eight heads of width 4 the model still gets most
-# digits right but fits visibly slower; at sixteen heads of width 2 it solves the
+# heads, of width 16 and 8, solve the task, on every seed. At eight heads of width 4 the model
+# still gets most digits right but fits visibly slower, and the seeds start to disagree (0.993,
+# 0.887 and 0.991); at sixteen heads of width 2 it solves the
 # previous-token relation but gets only a small fraction of the partner digits right: each
 # head is too narrow to carry a content match, and 300 steps do not make the heads cooperate
 # on it. This is the underfitting the article describes, in miniature, and it has a name in
@@ -715,18 +742,19 @@ for h, run in control.items():
     )
 
 # %%
-assert min(control[2].accuracy) > 0.95  # two heads still solve both relations ...
-assert final_loss(control[16]) > max(0.3, 5 * final_loss(control[2]))  # ... 16 fit worse
+# One seed per head count: a control of direction only (narrow heads fit worse), no size.
+assert final_loss(control[16]) > final_loss(control[2])
 assert control[16].mean_accuracy < control[2].mean_accuracy
 record_claim(
     "C10",
     claim="At fixed d_model, quality first rises then falls with the head count (h 8 best at "
     "d_model 512; h 16, d_k 32, underfits)",
-    experiment="two-relation task, d_model 32, h in {1, 2, 4, 8, 16}, 2 seeds, 300 steps each; "
-    "held-out accuracy and final training loss; control without RoPE",
+    experiment="two-relation task, d_model 32, h in {1, 2, 4, 8, 16}, 3 seeds, 300 steps each; "
+    "held-out accuracy (mean, min-max) and final training loss; interior optimum must beat both "
+    "ends by 0.1; control without RoPE (1 seed)",
     verdict="partly",
-    measured="held-out accuracy (both digits) "
-    + ", ".join(f"h={h}: {ablation[h]['both']:.3f}" for h in HEADS)
+    measured="held-out accuracy (both digits, mean over seeds) "
+    + ", ".join(f"h={h}: {spread(ablation[h]['both per seed']).format('.3f')}" for h in HEADS)
     + f"; final loss h=4 {ablation[4]['final loss']:.3f}, h=8 {ablation[8]['final loss']:.3f}, "
     f"h=16 {ablation[16]['final loss']:.3f}; without RoPE (600 steps) accuracy h=2 "
     f"{control[2].mean_accuracy:.3f}, h=16 {control[16].mean_accuracy:.3f}",
@@ -735,10 +763,11 @@ record_claim(
 # %% [markdown]
 # Without rotary embeddings the sixteen narrow heads still fit worse than the two wide ones
 # within the same budget, so the penalty is not only RoPE's. It is milder, though, and *which*
-# relation suffers changes with the positional scheme (compare the printouts). While writing
-# the chapter we repeated this control with two more seeds: the gap pointed the same way every
-# time but varied in size, down to a model that had nearly caught up by step 600 — narrow
-# heads are slower to fit here, not necessarily unable to.
+# relation suffers changes with the positional scheme (compare the printouts). The control
+# is one seed per head count, so it shows that the gap *can* appear without RoPE, not how
+# large it is on average; and since a loss gap after a fixed budget measures speed as much
+# as capacity, the safe reading is that narrow heads are slower to fit here, not necessarily
+# unable to. (Exercise material: rerun the control with `seed=1` and `seed=2`.)
 #
 # **Verdict on C10: partly reproduced.** The shape of the claim holds at our scale — an
 # interior optimum, underfitting when heads get too narrow — but the location does not
@@ -910,10 +939,11 @@ claims_table()
 #
 # ## Exercises
 #
-# `exercises/03_multi_head.ipynb` has five: split heads and merge heads (the checks recognise
-# the usual `view`/`transpose` mistakes); the parameter count of an attention layer with
-# MHA, GQA or MQA; the size of a KV cache; and a multi-head forward pass written from its four
-# weight matrices. Check your answers in the notebook, or all at once with `make check CH=03`.
+# Your workbook `my-exercises/03_multi_head.ipynb` (`make lab` copies it there) has five:
+# split heads and merge heads (the checks recognise the usual `view`/`transpose` mistakes);
+# the parameter count of an attention layer with MHA, GQA or MQA; the size of a KV cache; and
+# a multi-head forward pass written from its four weight matrices. Check your answers in the
+# notebook, or all at once with `make check CH=03`.
 #
 # ## Further reading
 #

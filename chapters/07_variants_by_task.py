@@ -513,9 +513,10 @@ record_claim(
 # (`PatchMerging`: concatenate the four vectors, normalise, project $4C \to 2C$): the map's
 # side halves and its width doubles, as in a convolutional backbone. Below, a 16 × 16 map of
 # width 16 goes through three stages. At the last stage the map is 4 × 4, the size of one
-# window; the library's `SwinBlock` currently keeps the shift and its mask in that case,
-# whereas the original Swin turns the shift off when one window covers a whole axis (a known
-# issue of the package), so our last stage uses regular windows only.
+# window. The original Swin turns the shift off along any axis that one window covers
+# (there is nothing across a border to reach), and so does the library's `SwinBlock`
+# (`vision.swin_window_shift`); our last stage asks for regular windows only, which comes to
+# the same.
 
 # %%
 torch.manual_seed(0)
@@ -651,9 +652,10 @@ record_claim(
 #   possible error: the noise.
 #
 # Each forecaster sees the last 36 months and predicts the next 12. The split is in time, as
-# it must be for forecasting: the first 70 % of each series trains, the next 10 % validates,
-# the last 20 % tests, and the values are standardised with the mean and standard deviation
-# of the training part only. Errors are mean squared errors in those standardised units.
+# it must be for forecasting: the first seven tenths of each series trains (the `0.7` of the
+# split below), the next tenth validates, the last fifth tests, and the values are
+# standardised with the mean and standard deviation of the training part only. Errors are
+# mean squared errors in those standardised units.
 
 # %%
 co2 = co2_monthly()
@@ -1258,11 +1260,11 @@ claims_table()
 #
 # ## Exercises
 #
-# `exercises/07_variants_by_task.ipynb` has five: cut images into patch tokens (in the order
-# the patch embedding expects); write Swin's shifted-window attention (and roll it back);
-# write CLIP's symmetric loss (both directions); count the attention scores of a ViT layer;
-# and write the seasonal-naive forecast. Check your answers in the notebook, or all at once
-# with `make check CH=07`.
+# Your workbook `my-exercises/07_variants_by_task.ipynb` (`make lab` copies it there) has
+# five: cut images into patch tokens (in the order the patch embedding expects); write Swin's
+# shifted-window attention (and roll it back); write CLIP's symmetric loss (both directions);
+# count the attention scores of a ViT layer; and write the seasonal-naive forecast. Check your
+# answers in the notebook, or all at once with `make check CH=07`.
 #
 # ## Further reading
 #

@@ -416,7 +416,7 @@ record_claim(
 # %% [markdown]
 # This is why the bug survives so well in practice: a model first written and debugged with
 # one head, then scaled to several, changes behaviour at exactly the moment nobody is
-# looking. Whether a single-head check can catch the remaining two is the subject of 8.5.
+# looking. Whether a single-head check can catch the remaining two is the subject of section 8.5.
 #
 # ### Does it ruin training?
 #
@@ -719,11 +719,11 @@ claims_table()
 #
 # ## Exercises
 #
-# `exercises/08_attention_by_hand.ipynb` has four: unpack `nn.MultiheadAttention`'s weights
-# into the four matrices; write the multi-head forward pass (the check recognises each wrong
-# order of this chapter and names it); write the comparison test with `nn.MultiheadAttention`;
-# and write the future-leak test. Check your answers in the notebook, or all at once with
-# `make check CH=08`.
+# Your workbook `my-exercises/08_attention_by_hand.ipynb` (`make lab` copies it there) has
+# four: unpack `nn.MultiheadAttention`'s weights into the four matrices; write the multi-head
+# forward pass (the check recognises each wrong order of this chapter and names it); write the
+# comparison test with `nn.MultiheadAttention`; and write the future-leak test. Check your
+# answers in the notebook, or all at once with `make check CH=08`.
 #
 # ## Further reading
 #

@@ -213,7 +213,7 @@ print(f"d_model {D_MODEL}, {NUM_HEADS} heads of width {D_MODEL // NUM_HEADS}, d_
 # order. Three seeds per configuration.
 #
 # The threshold for a "working classifier", set from the claim before the run: **every seed
-# at least 85 % right**, eight and a half times chance (10 %).
+# at an accuracy of at least 0.85**, eight and a half times chance (10 %).
 
 # %%
 WORKING_ACCURACY = 0.85
@@ -823,10 +823,11 @@ claims_table()
 #
 # ## Exercises
 #
-# `exercises/10_application.ipynb` has four: cut images into patch tokens in reading order;
-# count an encoder layer's FLOPs and the share of its $n^2$ part; pool over real tokens only
-# when a batch is padded; and build the 2-D neighbourhood mask that reading order distorts.
-# Check your answers in the notebook, or all at once with `make check CH=10`.
+# Your workbook `my-exercises/10_application.ipynb` (`make lab` copies it there) has four: cut
+# images into patch tokens in reading order; count an encoder layer's FLOPs and the share of
+# its $n^2$ part; pool over real tokens only when a batch is padded; and build the 2-D
+# neighbourhood mask that reading order distorts. Check your answers in the notebook, or all
+# at once with `make check CH=10`.
 #
 # ## Further reading
 #

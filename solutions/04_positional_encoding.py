@@ -135,9 +135,9 @@ check("04.3", shift_matrix)
 # $$y_i = x_i\cos m\theta_i - x_{i+D_h/2}\sin m\theta_i, \qquad
 #   y_{i+D_h/2} = x_i\sin m\theta_i + x_{i+D_h/2}\cos m\theta_i.$$
 #
-# This "rotate-half" pairing is the one used by the GPT-NeoX and Llama code (the RoFormer
-# paper pairs neighbouring channels instead; the two differ only in the order of the
-# channels). Return a tensor of the same shape.
+# This "rotate-half" pairing is the one used by GPT-NeoX and by Hugging Face's port of Llama
+# (the RoFormer paper and Meta's reference Llama code pair neighbouring channels instead; the
+# two differ only in the order of the channels). Return a tensor of the same shape.
 
 
 # %%

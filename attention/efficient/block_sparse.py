@@ -15,6 +15,7 @@ from torch.autograd.function import once_differentiable
 
 from .._checks import (
     check_block_layout,
+    check_generator,
     check_positive_int,
     check_qkv,
     compute_dtype,
@@ -53,6 +54,7 @@ def bigbird_layout(
     window = check_positive_int("window", window, allow_zero=True)
     n_global = check_positive_int("n_global", n_global, allow_zero=True)
     n_random = check_positive_int("n_random", n_random, allow_zero=True)
+    check_generator("generator", generator)
     if generator is None:
         generator = torch.Generator().manual_seed(0)
     a = torch.arange(n_blocks)[:, None]  # (n, 1) query blocks
@@ -196,6 +198,8 @@ def block_sparse_attention(
     scale = resolve_scale(scale, e)
     if lq == 0 or lk == 0:  # no query, or no key to attend: the dense answer (empty or zeros)
         return scaled_dot_product_attention(query, key, value, scale=scale)
+    if b * h == 0:  # an empty batch or no heads: an empty result
+        return query.new_zeros(b, h, lq, value.shape[-1])
     out_dtype = query.dtype
     cdt = compute_dtype(out_dtype)
     q, k, v = (t.to(cdt) for t in (query, key, value))

@@ -18,7 +18,11 @@ than ``exp``); scores go into one preallocated tile buffer and the running max i
 inside the ``baddbmm`` that computes them; ``exp2_``, ``baddbmm_`` work in place; the
 accumulator is rescaled only when a row max grew by more than ``2**8`` (FlashAttention-4's lazy
 rescaling: exact, because the final division uses the same reference max, and safe from
-overflow with that bound). With causal masking, tiles entirely in the future are skipped and
+overflow with that bound). The decision is taken once per tile for all the rows of every head
+(one branch instead of a masked rescale): when any row needs it, every row is rescaled, which
+is exact for each. A NaN row is ignored by that decision, so it cannot stop the rescaling
+that the clean rows of other heads or batch elements need; their outputs may then differ from
+a NaN-free call by rounding only. With causal masking, tiles entirely in the future are skipped and
 only tiles cut by the diagonal are masked. On a CPU with several threads, large calls give each
 thread its own heads (:func:`attention.efficient._threads.run_over_heads`). Measurements behind
 these choices: ``bench/README.md``, "Implementation notes".
@@ -94,7 +98,11 @@ def _query_block_forward(
         if blocked is not None:
             s.masked_fill_(blocked, float("-inf"))
         grow = s.amax(dim=-1, keepdim=True)  # (BH, nq, 1) how far the max moved
-        if float(grow.max()) > RESCALE_THRESHOLD:  # rare after the first tiles
+        # One decision for the whole tile (rare after the first tiles; rescaling a row whose
+        # max did not move is a no-op). ``any(grow > T)`` ignores NaN rows, where
+        # ``max(grow) > T`` would be False for every row once one row is NaN, and the clean
+        # rows of other heads or batch elements would overflow in exp2.
+        if bool((grow > RESCALE_THRESHOLD).any()):
             grow.clamp_(min=0.0)
             s.sub_(grow)
             neg_max.sub_(grow)

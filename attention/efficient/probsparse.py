@@ -17,6 +17,7 @@ import torch
 
 from .._checks import (
     check_bool,
+    check_generator,
     check_positive_int,
     check_qkv,
     check_rank,
@@ -156,8 +157,14 @@ def probsparse_attention(
         out = scaled_dot_product_attention(query, key, value, scale=scale)  # (B, H, Lq, Ev)
         index = torch.empty(b, h, 0, dtype=torch.long, device=query.device)
         return (out, index) if return_index else out
+    check_generator("generator", generator)
     if generator is None:
         generator = torch.Generator(device=query.device).manual_seed(0)
+    elif generator.device.type != query.device.type:
+        raise ValueError(
+            f"generator must be on the device of query ({query.device}), got a generator on "
+            f"{generator.device}"
+        )
     out_dtype = query.dtype
     cdt = compute_dtype(out_dtype)
     q, k, v = (t.to(cdt) for t in (query, key, value))

@@ -299,6 +299,15 @@ def sliding_window_attention(
         g_pos = _global_positions(global_tokens, lq, q.device)  # (G,)
     if lq == 0 or lk == 0:  # no query, or no key to attend: the dense answer (empty or zeros)
         return scaled_dot_product_attention(query, key, value, scale=scale)
+    if b * h == 0 or e == 0:
+        # An empty batch or no heads (an empty result), or empty dot products (every score 0:
+        # the uniform average over each window): the dense answer under the equivalent mask.
+        band = sliding_window_mask(lq, lk, left=left, right=right, device=q.device)  # (Lq, Lk)
+        if g_pos is not None:
+            is_global = torch.zeros(lq, dtype=torch.bool, device=q.device)
+            is_global[g_pos] = True
+            band = band | is_global[:, None] | is_global[None, :]
+        return scaled_dot_product_attention(query, key, value, band, scale=scale)
 
     # Offsets beyond the sequence change nothing (j - i lies in [-(Lq-1), Lk-1]): clamp them so
     # that a huge window does not become a huge strip of padding.

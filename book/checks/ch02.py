@@ -49,6 +49,22 @@ def _attention_variants(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) ->
         ),
     }
     if mask is not None:
+        # The article's recipe: a large negative number instead of -inf. It agrees with -inf
+        # wherever a query may attend some key; a query that may attend none gets the mean of
+        # all values instead of zeros.
+        big_negative = (scores / math.sqrt(d_k)).masked_fill(mask == 0, -1e9)
+        variants[
+            "it matches masked_fill(mask == 0, -1e9), the recipe of many tutorials: with a "
+            "large finite number a query that may attend no key gets uniform weights over all "
+            "keys (the mean of the values) instead of zeros; fill with -inf and turn the rows "
+            "with no allowed key into zeros (exercise 02.3)"
+        ] = torch.softmax(big_negative, dim=-1) @ v
+        weights_unmasked = torch.softmax(scores / math.sqrt(d_k), dim=-1)  # (B, H, Lq, Lk)
+        variants[
+            "it matches softmax first, mask after: zeroing the weights of forbidden keys after "
+            "the softmax leaves rows that no longer sum to 1; mask the scores (fill with -inf) "
+            "before the softmax"
+        ] = (weights_unmasked * mask) @ v
         variants[
             "it matches attention with the mask inverted: in this book True means *may "
             "attend*; fill the scores where mask is False with -inf"

@@ -75,7 +75,8 @@ def _merge(candidate):
         except RuntimeError as err:
             if "view" in str(err):
                 raise CheckFailed(
-                    f"your code raised RuntimeError: {err}. After transpose(1, 2) the tensor is "
+                    f"your code raised RuntimeError: {str(err).rstrip('.')}. After transpose(1, 2) "
+                    f"the tensor is "
                     f"not contiguous in memory, so .view cannot regroup it: use .reshape(...) "
                     f"or .contiguous().view(...)"
                 ) from None
@@ -156,16 +157,40 @@ def _kv_cache(candidate):
         if got == expected:
             continue
         call = f"kv_cache_bytes({layers}, {h}, {kv}, {dh}, {n}, {b}, {nbytes})"
-        with_h = kv_cache_bytes(layers, h, dh, n, batch_size=b, bytes_per_element=nbytes)
-        mistakes = (  # the first that matches names the mistake
-            (expected // 2, "a cache holds keys AND values: multiply by 2"),
-            (with_h, "only the key/value heads are cached: use num_kv_heads, not num_heads"),
-            (with_h // 2, "use num_kv_heads (not num_heads), and count keys AND values (x 2)"),
-            (expected // nbytes, "that is a number of elements: multiply by bytes_per_element"),
-            (expected // b, "each sequence of the batch has its own cache: multiply by batch_size"),
-        )
-        hint = next((text for value, text in mistakes if value == got), None)
+        hint = _kv_cache_hint(got, expected, layers, h, kv, dh, n, b, nbytes)
         raise CheckFailed(f"{call} is {got!r}, expected {expected}" + (f": {hint}" if hint else ""))
+
+
+# Each typical mistake of 03.4: (what it changes in the true formula, the message naming it).
+_KV_MISTAKES = {
+    "values": "a cache holds keys AND values: multiply by 2",
+    "heads": "only the key/value heads are cached: use num_kv_heads, not num_heads",
+    "bytes": "that is a number of elements: multiply by bytes_per_element",
+    "batch": "each sequence of the batch has its own cache: multiply by batch_size",
+}
+
+
+def _kv_cache_wrong(mistakes, layers, h, kv, dh, n, b, nbytes) -> int:
+    heads = h if "heads" in mistakes else kv
+    batch = 1 if "batch" in mistakes else b
+    element = 1 if "bytes" in mistakes else nbytes
+    total = kv_cache_bytes(layers, heads, dh, n, batch_size=batch, bytes_per_element=element)
+    return total // 2 if "values" in mistakes else total
+
+
+def _kv_cache_hint(got, expected, layers, h, kv, dh, n, b, nbytes) -> str | None:
+    """The message naming the mistake (or the two mistakes at once) that gives ``got``."""
+    names = list(_KV_MISTAKES)
+    singles = [(m,) for m in names]
+    pairs = [(a, c) for i, a in enumerate(names) for c in names[i + 1 :]]
+    for combo in singles + pairs:  # one mistake explains more than two, so singles first
+        wrong = _kv_cache_wrong(combo, layers, h, kv, dh, n, b, nbytes)
+        if wrong == got and wrong != expected:
+            if len(combo) == 1:
+                return _KV_MISTAKES[combo[0]]
+            first, second = (_KV_MISTAKES[m] for m in combo)
+            return f"two mistakes at once: {first}; and {second}"
+    return None
 
 
 # --- 03.5 multi-head attention from weight matrices --------------------------------------------
@@ -185,26 +210,46 @@ def _reference_mha(x, w_q, w_k, w_v, w_o, num_heads):
         return mha(x)
 
 
-def _variant(x, w_q, w_k, w_v, w_o, h, *, scale=None, wrong_split=False, apply_w_o=True):
+def _variant(
+    x,
+    w_q,
+    w_k,
+    w_v,
+    w_o,
+    h,
+    *,
+    scale=None,
+    wrong_split=False,
+    apply_w_o=True,
+    softmax_dim=-1,
+    transposed=False,
+):
     """The forward pass with one deliberate mistake, to name it in the message."""
     b, l, d = x.shape
+    if transposed:  # x @ w.T: the nn.Linear habit applied to matrices stored as (in, out)
+        w_q, w_k, w_v, w_o = (w.T for w in (w_q, w_k, w_v, w_o))
     if wrong_split:
         q, k, v = ((x @ w).reshape(b, h, l, d // h) for w in (w_q, w_k, w_v))  # (B, H, L, Dh)
     else:
         q, k, v = (split_heads(x @ w, num_heads=h) for w in (w_q, w_k, w_v))  # (B, H, L, Dh)
-    out = merge_heads(scaled_dot_product_attention(q, k, v, scale=scale))  # (B, L, D)
+    if softmax_dim == -1:
+        heads = scaled_dot_product_attention(q, k, v, scale=scale)  # (B, H, L, Dh)
+    else:
+        s = 1 / math.sqrt(d // h) if scale is None else scale
+        heads = torch.softmax(q @ k.transpose(-2, -1) * s, dim=softmax_dim) @ v  # (B, H, L, Dh)
+    out = merge_heads(heads)  # (B, L, D)
     return out @ w_o if apply_w_o else out
 
 
 @register("03.5", title="Multi-head attention from its weight matrices")
 def _mha_forward(candidate):
-    b, l, d, h = 2, 5, 16, 4
+    b, l, d, h = 2, 5, 32, 8  # d_head 4: 1/d_head differs from 1/sqrt(d_model)
     x = randn(b, l, d, seed=1)  # (B, L, D)
     ws = [randn(d, d, seed=10 + i) / math.sqrt(d) for i in range(4)]  # (D, D) each
     with torch.no_grad():
         got = candidate(x, *ws, h)
         expected = _reference_mha(x, *ws, h)  # (B, L, D)
-    expect_shape("mha_forward(x, w_q, w_k, w_v, w_o, 4)", got, (b, l, d), "(B, L, D)")
+    expect_shape("mha_forward(x, w_q, w_k, w_v, w_o, 8)", got, (b, l, d), "(B, L, D)")
     if _same(got, expected):
         # One more shape, so that a hard-coded head width is caught.
         x2 = randn(1, 3, 12, seed=2)
@@ -225,6 +270,20 @@ def _mha_forward(candidate):
         ),
         (dict(scale=1.0), "the scores were not scaled: divide Q Kᵀ by sqrt(d_head)"),
         (
+            dict(scale=1 / (d // h)),
+            "the scores were divided by d_head; divide by its square root, sqrt(d_head)",
+        ),
+        (
+            dict(softmax_dim=-2),
+            "the softmax ran over the queries (dim=-2): each query's weights must sum to 1 over "
+            "the keys, softmax(..., dim=-1)",
+        ),
+        (
+            dict(transposed=True),
+            "the weights were transposed (x @ w.T): these matrices are stored as (in, out) for "
+            "x @ w; only nn.Linear's .weight is (out, in) and needs the .T",
+        ),
+        (
             dict(apply_w_o=False),
             "the output projection is missing: multiply the merged heads by w_o",
         ),
@@ -239,7 +298,7 @@ def _mha_forward(candidate):
             if _same(got, _variant(x, *ws, h, **kwargs)):
                 raise CheckFailed(f"mha_forward output is wrong: {hint}")
     expect_close(
-        "mha_forward(x, w_q, w_k, w_v, w_o, 4)",
+        "mha_forward(x, w_q, w_k, w_v, w_o, 8)",
         got,
         expected,
         hint="check the softmax axis (over keys, dim=-1) and that W_O is applied after merging",

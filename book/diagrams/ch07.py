@@ -87,6 +87,6 @@ def clip_contrastive() -> plt.Figure:
     grid(ax, (7.3, 4.1), values, cell=0.65, cmap="Oranges",
          row_labels=[f"img {i}" for i in range(5)], col_labels=[f"txt {j}" for j in range(5)],
          caption="logits = cos(img_i, txt_j) / τ")  # fmt: skip
-    caption(ax, (11.7, 2.5), "softmax over each row\nand each column;\nthe diagonal is right",
-            fontsize=8)  # fmt: skip
+    caption(ax, (11.0, 2.5), "softmax over each row\nand each column;\nthe diagonal is right",
+            fontsize=8, ha="left")  # fmt: skip
     return fig

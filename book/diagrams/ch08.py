@@ -6,6 +6,8 @@ The layout diagrams apply the real split and merge functions of
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -150,8 +152,8 @@ def merge_layouts() -> plt.Figure:
             h_map = layout.merge(head.contiguous(), 1, L, D)[0]  # (L, D)
             p_map = layout.merge(position.contiguous(), 1, L, D)[0]
         except RuntimeError as err:
-            box(ax, (4.5, y - 0.9), f"RuntimeError: {str(err).split(';')[0][:80]}",
-                size=(7.8, 0.6), color=COLORS["output"], fontsize=8)  # fmt: skip
+            message = textwrap.fill(f"RuntimeError: {str(err).split(';')[0]}", width=70)
+            box(ax, (5.0, y - 0.9), message, size=(9.0, 0.8), color=COLORS["output"], fontsize=8)
             continue
         _labelled_grid(ax, (0.9, y - 0.3), h_map, p_map, cell=cell, cmap="coolwarm", vmax=H - 1)
         for t in range(L):

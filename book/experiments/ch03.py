@@ -99,6 +99,40 @@ def mha_flops(
     )
 
 
+def attention_parameter_count(d_model: int) -> int:
+    """Weights and biases of one multi-head attention layer of width ``d_model``, by hand.
+
+    Four ``d_model × d_model`` matrices (W_Q, W_K, W_V, W_O) and four bias vectors; the head
+    count does not appear.
+    """
+    d_model = check_positive_int("d_model", d_model)
+    return 4 * (d_model * d_model + d_model)
+
+
+def assert_c9a_heads_split_without_new_parameters(
+    d_model: int, counts: dict[str, int], independent: int
+) -> None:
+    """C9a, a configuration fact: splitting ``d_model`` into heads adds no parameters.
+
+    ``counts`` maps a label (e.g. ``"12 heads"``, ``"1 head"``) to the parameter count of an
+    attention layer of width ``d_model`` built with that many heads; ``independent`` is the
+    count of an implementation written by others (``torch.nn.MultiheadAttention``). Fails when
+    any count differs from the others or from :func:`attention_parameter_count`.
+    """
+    expected = attention_parameter_count(d_model)
+    if independent != expected:
+        raise AssertionError(
+            f"the independent layer has {independent:,} parameters, the hand count of 4 "
+            f"matrices and 4 biases at d_model {d_model} is {expected:,}"
+        )
+    wrong = {label: n for label, n in counts.items() if n != independent}
+    if wrong:
+        raise AssertionError(
+            f"parameter counts {wrong} differ from the independent count {independent:,}: the "
+            "head count changed the number of parameters"
+        )
+
+
 # ------------------------------------------------------------------------------------------
 # C9, C10: a task that needs two relations at once
 # ------------------------------------------------------------------------------------------
@@ -357,6 +391,38 @@ def train_pairs(
 # ------------------------------------------------------------------------------------------
 # MQA / GQA: the key/value cache
 # ------------------------------------------------------------------------------------------
+
+
+def assert_c10_rises_then_falls(accuracy_by_heads: dict[int, list[float]], *, margin: float) -> int:
+    """C10: at fixed width, quality first rises, then falls, with the head count.
+
+    ``accuracy_by_heads`` maps each head count ``h`` to its held-out accuracies, one per seed.
+    The claim holds when the head count with the best mean accuracy is neither the smallest
+    nor the largest tried, and its mean beats the mean at *both* ends by at least ``margin``
+    (a margin fixed from the claim before the run, not from the numbers). Returns the best
+    head count.
+    """
+    if len(accuracy_by_heads) < 3:
+        raise ValueError(
+            f"accuracy_by_heads needs at least 3 head counts, got {len(accuracy_by_heads)}"
+        )
+    if any(len(v) == 0 for v in accuracy_by_heads.values()):
+        raise ValueError("accuracy_by_heads: every head count needs at least one seed")
+    means = {h: sum(v) / len(v) for h, v in sorted(accuracy_by_heads.items())}
+    heads = list(means)
+    best = max(heads, key=means.get)
+    if best in (heads[0], heads[-1]):
+        raise AssertionError(
+            f"the best mean accuracy is at h = {best}, an end of the range {heads}: quality "
+            "does not rise and then fall"
+        )
+    for end in (heads[0], heads[-1]):
+        if means[best] - means[end] < margin:
+            raise AssertionError(
+                f"h = {best} ({means[best]:.3f}) beats h = {end} ({means[end]:.3f}) by less than "
+                f"the margin {margin}"
+            )
+    return best
 
 
 def kv_cache_bytes(

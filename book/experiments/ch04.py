@@ -328,3 +328,68 @@ def last_query_attention(model: SequenceClassifier, tokens: Tensor) -> Tensor:
     keep = padding_mask(torch.full((b,), l), l)  # (B, 1, 1, L): every token real
     _, weights = model.encoder.layers[0](x, mask=keep, need_weights=True)  # (B, H, L, L)
     return weights[:, :, -1, :].flip(-1)  # (B, H, L): index d = distance from the last token
+
+
+# ------------------------------------------------------------------------------------------
+# C14/C15 over seeds: the verdicts, with thresholds fixed from the claims
+# ------------------------------------------------------------------------------------------
+
+
+def _mean(values) -> float:
+    values = list(values)
+    if not values:
+        raise ValueError("need at least one seed")
+    return sum(values) / len(values)
+
+
+def assert_c14_quality_drops_past_training_length(
+    accuracy: dict[int, list[float]], *, train_max: int, learned: float, drop: float
+) -> None:
+    """C14: a sinusoidal model that learned the task in range loses quality past it.
+
+    ``accuracy[n]`` holds one accuracy per seed at test length ``n``. Fails unless every seed
+    reaches ``learned`` at ``train_max`` (the model did learn the task), and the mean accuracy at
+    every tested length of at least ``2 * train_max`` is at least ``drop`` below the mean at
+    ``train_max``. (Lengths between ``train_max`` and twice it are reported, not judged.)
+    """
+    if train_max not in accuracy:
+        raise ValueError(f"accuracy has no entry at train_max={train_max}")
+    beyond = [n for n in accuracy if n >= 2 * train_max]
+    if not beyond:
+        raise ValueError(f"accuracy has no test length >= 2 * train_max = {2 * train_max}")
+    in_range = accuracy[train_max]
+    if min(in_range) < learned:
+        raise AssertionError(
+            f"at the training length {train_max} a seed reached only {min(in_range):.3f} "
+            f"(< {learned}): the model did not learn the task, so a drop says nothing"
+        )
+    for n in beyond:
+        if _mean(in_range) - _mean(accuracy[n]) < drop:
+            raise AssertionError(
+                f"at {n} tokens the mean accuracy {_mean(accuracy[n]):.3f} is within {drop} of "
+                f"{_mean(in_range):.3f} at {train_max}: quality does not drop"
+            )
+
+
+def assert_c15_rope_extrapolates_better(
+    rope: dict[int, list[float]],
+    other: dict[int, list[float]],
+    *,
+    lengths: list[int],
+    margin: float,
+) -> None:
+    """C15's "extrapolates better": RoPE's mean accuracy beats ``other``'s at each length.
+
+    ``rope[n]`` and ``other[n]`` hold one accuracy per seed at test length ``n``; at every
+    length in ``lengths`` (past the training lengths) RoPE's mean must exceed the other
+    encoding's mean by at least ``margin``.
+    """
+    for n in lengths:
+        if n not in rope or n not in other:
+            raise ValueError(f"no accuracy at length {n} for both encodings")
+        gap = _mean(rope[n]) - _mean(other[n])
+        if gap < margin:
+            raise AssertionError(
+                f"at {n} tokens RoPE's mean accuracy {_mean(rope[n]):.3f} beats the other "
+                f"encoding's {_mean(other[n]):.3f} by {gap:.3f} < {margin}: not better"
+            )

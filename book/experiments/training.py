@@ -6,12 +6,15 @@
   convention of the book (parameters from ``seed``, training batches from ``seed + 1``, the
   held-out batch from ``seed + 2``) and accuracy on the held-out batch.
 - :func:`torch_threads`: run a block with a given number of torch threads.
+- :func:`linear_warmup`: a learning-rate schedule for :func:`fit` (``schedule=``) that ramps
+  the rate up linearly over the first steps.
 - :func:`moving_average`, :func:`first_step_below`: a noisy loss curve smoothed, and the step
   at which it first stays under a threshold.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,6 +53,18 @@ def torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def linear_warmup(warmup_steps: int) -> Callable[[int], float]:
+    """A schedule for :func:`fit`: the factor ``(step + 1) / warmup_steps`` for the first
+    ``warmup_steps`` steps (so the first step already moves, and step ``warmup_steps - 1`` uses
+    the full rate), then 1."""
+    warmup_steps = check_positive_int("warmup_steps", warmup_steps)
+
+    def factor(step: int) -> float:
+        return min(1.0, (step + 1) / warmup_steps)
+
+    return factor
+
+
 @dataclass(frozen=True)
 class TrainLog:
     """What :func:`fit` recorded."""
@@ -72,6 +87,7 @@ def fit(
     threads: int | None = None,
     progress: bool = False,
     desc: str = "training",
+    schedule: Callable[[int], float] | None = None,
 ) -> TrainLog:
     """Train ``model`` in place for ``steps`` steps; return the loss of every step.
 
@@ -85,6 +101,8 @@ def fit(
         clip: the largest gradient norm (``nn.utils.clip_grad_norm_``); ``None``: no clipping.
         threads: torch threads while training (see :func:`torch_threads`).
         progress: show a progress bar labelled ``desc``.
+        schedule: ``schedule(step) -> factor``: step ``step`` (from 0) uses ``lr * factor``
+            (e.g. :func:`linear_warmup`); ``None``: the constant ``lr``.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -95,6 +113,8 @@ def fit(
     check_choice("optimizer", optimizer, OPTIMIZERS)
     if clip is not None and not clip > 0:
         raise ValueError(f"clip must be a positive number or None, got {clip!r}")
+    if schedule is not None and not callable(schedule):
+        raise TypeError(f"schedule must be callable (step -> factor) or None, got {schedule!r}")
     if optimizer == "adam":
         opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     else:
@@ -105,12 +125,20 @@ def fit(
     with torch_threads(threads):
         start = time.perf_counter()
         model.train()
-        for _ in iterator:
+        for step in iterator:
             loss = loss_of(model, make_batch(data))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if clip is not None:
                 nn.utils.clip_grad_norm_(model.parameters(), clip)
+            if schedule is not None:
+                factor = float(schedule(step))
+                if not (math.isfinite(factor) and factor >= 0):
+                    raise ValueError(
+                        f"schedule({step}) must be a finite number >= 0, got {factor!r}"
+                    )
+                for group in opt.param_groups:
+                    group["lr"] = lr * factor
             opt.step()
             losses.append(loss.item())
         seconds = time.perf_counter() - start

@@ -35,6 +35,7 @@ from book.notebooks.common import (
     rel,
 )
 from book.notebooks.common import execute as run_notebook
+from book.notebooks.exercises import READ_ERRORS, notebook_problem
 from book.notebooks.workbook import WORK_DIR
 
 RESULTS_ENV = "ATTENTION_CHECK_RESULTS"  # book.checks.RESULTS_ENV (not imported: no torch)
@@ -191,12 +192,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.notebook is None and args.chapter is None:
         parser.error("give a chapter number (make check CH=03) or --notebook PATH")
-    if args.notebook is not None:
-        path, note = args.notebook, ""
-    else:
-        path, note = find_exercise(args.chapter, args.root / WORK_DIR)
-    if not path.exists():
-        parser.error(f"no such notebook: {path}")
+    try:
+        if args.notebook is not None:
+            path, note = args.notebook, ""
+        else:
+            path, note = find_exercise(args.chapter, args.root / WORK_DIR)
+    except READ_ERRORS as err:  # a twin that does not parse, met while choosing
+        reason = f"{type(err).__name__}: {err}".splitlines()[0]
+        print(f"error: cannot read the chapter's notebooks ({reason})", file=sys.stderr)
+        return 2
+    problem = notebook_problem(path)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     report = check_notebook(path, timeout=args.timeout)
     report.note = note
     print(format_report(report))

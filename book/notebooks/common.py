@@ -110,22 +110,28 @@ def prepare_for_execution(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 # What every kernel of the book gets (here and in the kernel spec JupyterLab starts).
 KERNEL_ENV = {"MPLBACKEND": INLINE_BACKEND, "PYTHONHASHSEED": "0"}
+# A folder whose sitecustomize.py refuses non-loopback connections (the book is offline).
+OFFLINE_SITE = str(Path(__file__).resolve().parent / "offline_site")
 # ipykernel warns on stderr that its loopback TCP transport is not encrypted: noise in
 # `make check` and `make execute`, whose kernels never leave this machine.
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 
 
 def kernel_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment a notebook kernel runs in: inline figures, fixed hash seed.
+    """The environment a notebook kernel runs in: inline figures, fixed hash seed, offline.
 
     Progress bars stay on: ``book.progress`` leaves a line without timings in the output, the
-    same in every run, so the stored notebook is what a reader's Run All gives."""
+    same in every run, so the stored notebook is what a reader's Run All gives. The offline
+    guard (:data:`OFFLINE_SITE`) comes first on ``PYTHONPATH``: the kernel refuses every
+    connection that leaves the machine."""
     env = dict(os.environ)
     env.update(KERNEL_ENV)
     env.setdefault("OMP_NUM_THREADS", "2")
     env.pop("TQDM_DISABLE", None)
     env.pop("ATTENTION_CHECK_RESULTS", None)
     env.update(extra or {})
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != OFFLINE_SITE]
+    env["PYTHONPATH"] = os.pathsep.join([OFFLINE_SITE, *paths])
     return env
 
 

@@ -67,6 +67,32 @@ class ExerciseError(ValueError):
     """A solution notebook that cannot be turned into exercises (message: file and cell)."""
 
 
+# What reading a notebook can raise on a file that is not one (truncated JSON, wrong schema,
+# binary or undecodable text, a folder): reported as one line, never as a traceback.
+READ_ERRORS = (OSError, ValueError, KeyError, TypeError, AttributeError, nbformat.ValidationError)
+
+
+def notebook_problem(path: Path, suffixes: tuple[str, ...] = (".py", ".ipynb")) -> str | None:
+    """Why ``path`` cannot be read as a notebook (one line naming the file), or ``None``.
+
+    A missing file, a folder, a suffix other than ``suffixes``, and a file that does not parse
+    (e.g. a truncated ``.ipynb``) each get their own message.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return f"{path} is a folder, expected a notebook file ({' or '.join(suffixes)})"
+    if path.suffix not in suffixes:
+        return f"{path} is not a notebook: expected a {' or '.join(suffixes)} file"
+    if not path.exists():
+        return f"no such notebook: {path}"
+    try:
+        read_py(path) if path.suffix == ".py" else read_ipynb(path)
+    except READ_ERRORS as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return f"cannot read {path} as a notebook ({type(err).__name__}: {reason})"
+    return None
+
+
 def chapter_of(path: Path) -> str:
     match = NAME.match(Path(path).stem)
     if match is None:
@@ -202,15 +228,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="overwrite edited exercises")
     parser.add_argument("--out", default=str(REPO / "exercises"), help="output folder")
     args = parser.parse_args(argv)
-    sources = [Path(p).with_suffix(".py") for p in args.solutions] or sorted(
-        (REPO / "solutions").glob("*.py")
-    )
+    sources = [Path(p) for p in args.solutions] or sorted((REPO / "solutions").glob("*.py"))
     status = 0
     for solution_py in sources:
+        if solution_py.suffix in ("", ".ipynb") and not solution_py.is_dir():
+            solution_py = solution_py.with_suffix(".py")  # the .py twin is the source
+        problem = notebook_problem(solution_py, (".py",))
+        if problem is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            status = 1
+            continue
         try:
             written = write_exercise(solution_py, Path(args.out), force=args.force)
         except (ExerciseError, FileExistsError) as err:
             print(f"error: {err}", file=sys.stderr)
+            status = 1
+            continue
+        except READ_ERRORS as err:  # e.g. a truncated exercise .ipynb in the output folder
+            print(
+                f"error: {solution_py}: {type(err).__name__}: {err}".splitlines()[0],
+                file=sys.stderr,
+            )
             status = 1
             continue
         print(f"wrote {rel(written)} and {rel(written.with_suffix('.ipynb'))}")

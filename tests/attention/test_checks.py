@@ -233,3 +233,56 @@ def test_every_exact_variant_refuses_a_bad_scale_the_same_way(name, scale, error
 def test_every_variant_with_causal_wants_a_bool(name, causal):
     with pytest.raises(TypeError, match=rf"causal must be a bool, got {type(causal).__name__}"):
         TAKES_CAUSAL[name](causal=causal)
+
+
+# ---- helpers added for issue 13 ------------------------------------------------------------
+
+
+def test_check_float_dtype_device_generator_dim():
+    from attention._checks import check_device, check_dim, check_float_dtype, check_generator
+
+    assert check_float_dtype("dtype", torch.float64) is torch.float64
+    with pytest.raises(TypeError, match=r"dtype must be a floating-point dtype .* got torch.int8"):
+        check_float_dtype("dtype", torch.int8)
+    for ok in (None, "cpu", torch.device("cpu"), "cuda:1"):
+        assert check_device("device", ok) == ok
+    with pytest.raises(ValueError, match=r"device is not a valid device: 'tpu'"):
+        check_device("device", "tpu")
+    with pytest.raises(TypeError, match=r"device must be a torch.device.*got bool"):
+        check_device("device", True)
+    g = torch.Generator()
+    assert check_generator("generator", g) is g and check_generator("generator", None) is None
+    with pytest.raises(TypeError, match=r"generator must be a torch.Generator or None, got int"):
+        check_generator("generator", 3)
+    assert check_dim("dim", -3, 3) == -3 and check_dim("dim", 2, 3) == 2
+    with pytest.raises(ValueError, match=r"dim must be in \[-3, 2\] for a 3-dim tensor, got -4"):
+        check_dim("dim", -4, 3)
+
+
+def test_check_module_input_is_the_one_dtype_rule():
+    from torch import nn
+
+    from attention._checks import check_module_input
+
+    lin = nn.Linear(2, 2)
+    x = torch.zeros(1, 2)
+    assert check_module_input("x", x, lin) is x
+    with pytest.raises(TypeError, match=r"x has dtype torch.float64 but the module's weights"):
+        check_module_input("x", x.double(), lin)
+    with pytest.raises(TypeError, match=r"x must be a floating-point tensor"):
+        check_module_input("x", x.long(), lin)
+    # a module without parameters takes any float dtype
+    assert check_module_input("x", x.half(), nn.ReLU()).dtype == torch.float16
+    # after module.to(dtype) the rule follows the weights
+    assert check_module_input("x", x.double(), lin.double()).dtype == torch.float64
+
+
+def test_check_mask_refuses_nan_and_pos_inf_but_keeps_neg_inf():
+    from attention._checks import check_mask
+
+    m = torch.zeros(2, 3)
+    m[0, 1] = float("-inf")
+    assert check_mask(m, (1, 1, 2, 3)) is m  # -inf = not allowed: fine
+    m[1, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"got 1 NaN and 0 \+inf entries"):
+        check_mask(m, (1, 1, 2, 3))

@@ -224,9 +224,11 @@ def _dense_swin_reference(block: SwinBlock, x: torch.Tensor) -> torch.Tensor:
     Token pairs may attend iff they fall in the same (shifted) window of the *unrolled* image:
     windows start at ``-shift`` (the leftover strips at the borders form their own windows),
     so ``floor((r - shift) / ws)`` must agree along both axes. The bias is the relative
-    position bias of their offset.
+    position bias of their offset. As in the original Swin, an axis that one window covers is
+    not shifted.
     """
     (h, w), ws, s = block.resolution, block.window, block.shift
+    sr, sc = (s if h > ws else 0), (s if w > ws else 0)
     heads, c = block.attn.num_heads, block.d_model
     table = block.attn.relative_bias.table.detach()
     n = h * w
@@ -235,7 +237,7 @@ def _dense_swin_reference(block: SwinBlock, x: torch.Tensor) -> torch.Tensor:
         rp, cp = divmod(p, w)
         for q in range(n):
             rq, cq = divmod(q, w)
-            same = (rp - s) // ws == (rq - s) // ws and (cp - s) // ws == (cq - s) // ws
+            same = (rp - sr) // ws == (rq - sr) // ws and (cp - sc) // ws == (cq - sc) // ws
             if same:
                 row = (rp - rq + ws - 1) * (2 * ws - 1) + (cp - cq + ws - 1)
                 bias[:, p, q] = table[row]

@@ -49,6 +49,26 @@ def test_attention_typical_mistakes_fail_with_a_hint(wrong, fragment):
     fails_with("02.1", make_attention(**wrong), fragment)
 
 
+def test_attention_with_the_articles_minus_1e9_recipe_is_named():
+    def big_negative(q, k, v, mask=None):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        return torch.softmax(scores, dim=-1) @ v
+
+    fails_with("02.1", big_negative, "masked_fill(mask == 0, -1e9)", "instead of zeros")
+
+
+def test_attention_masking_after_the_softmax_is_named():
+    def mask_after(q, k, v, mask=None):
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+        if mask is not None:
+            weights = weights * mask
+        return weights @ v
+
+    fails_with("02.1", mask_after, "softmax first, mask after")
+
+
 def test_attention_returning_the_weights_fails_on_shape():
     def weights_only(q, k, v, mask=None):
         return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)

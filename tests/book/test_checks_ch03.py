@@ -4,10 +4,12 @@ message that names it."""
 from __future__ import annotations
 
 import math
+import re
 
+import pytest
 import torch
 
-from book.checks import check, exercises_for_chapter, results
+from book.checks import CheckFailed, check, exercises_for_chapter, results
 from tests.book.check_outcomes import fails, run_check
 
 EXERCISES = {ex.id: ex for ex in exercises_for_chapter("03")}
@@ -95,6 +97,24 @@ def test_kv_cache_bytes():
     fails("03.4", lambda *a: cache_right(*a) // a[-2], "batch_size")
 
 
+@pytest.mark.parametrize(
+    ("wrong", "fragments"),
+    [
+        (lambda L, h, kv, dh, n, b, nb: cache_right(L, h, h, dh, n, b, nb) // 2,
+         ("two mistakes at once", "keys AND values", "num_kv_heads")),
+        (lambda L, h, kv, dh, n, b, nb: cache_right(L, h, kv, dh, n, b, 1) // 2,
+         ("two mistakes at once", "keys AND values", "bytes_per_element")),
+        (lambda L, h, kv, dh, n, b, nb: cache_right(L, h, kv, dh, n, 1, 1),
+         ("two mistakes at once", "bytes_per_element", "batch_size")),
+        (lambda L, h, kv, dh, n, b, nb: cache_right(L, h, h, dh, n, 1, nb),
+         ("two mistakes at once", "num_kv_heads", "batch_size")),
+    ],
+)  # fmt: skip
+def test_kv_cache_bytes_names_two_mistakes_at_once(wrong, fragments):
+    for fragment in fragments:
+        fails("03.4", wrong, re.escape(fragment))
+
+
 # --- 03.5 -------------------------------------------------------------------------------------
 
 
@@ -112,6 +132,8 @@ def mha_right(x, w_q, w_k, w_v, w_o, num_heads):
 def mha_mistake(
     *,
     scale_by_d_model=False,
+    scale_by_d_head=False,
+    transposed=False,
     no_scale=False,
     no_w_o=False,
     wrong_split=False,
@@ -121,11 +143,15 @@ def mha_mistake(
     def forward(x, w_q, w_k, w_v, w_o, num_heads):
         b, l, d = x.shape
         dh = hard_head_dim or d // num_heads
+        if transposed:
+            w_q, w_k, w_v, w_o = (w.T for w in (w_q, w_k, w_v, w_o))
         if wrong_split:
             q, k, v = ((x @ w).reshape(b, num_heads, l, dh) for w in (w_q, w_k, w_v))
         else:
             q, k, v = ((x @ w).view(b, l, -1, dh).transpose(1, 2) for w in (w_q, w_k, w_v))
         scale = 1.0 if no_scale else 1 / math.sqrt(d if scale_by_d_model else dh)
+        if scale_by_d_head:
+            scale = 1 / dh
         weights = torch.softmax(q @ k.transpose(-2, -1) * scale, dim=softmax_dim)
         out = (weights @ v).transpose(1, 2).reshape(b, l, d)
         return out if no_w_o else out @ w_o
@@ -139,8 +165,19 @@ def test_mha_forward():
     fails("03.5", mha_mistake(no_scale=True), "not scaled")
     fails("03.5", mha_mistake(no_w_o=True), "output projection is missing")
     fails("03.5", mha_mistake(wrong_split=True), "straight to")
-    fails("03.5", mha_mistake(softmax_dim=-2), "softmax axis")
+    fails("03.5", mha_mistake(softmax_dim=-2), r"over the queries \(dim=-2\)")
     fails("03.5", mha_mistake(hard_head_dim=4), "head width")
+    fails("03.5", mha_mistake(scale_by_d_head=True), "divided by d_head")
+    fails("03.5", mha_mistake(transposed=True), r"x @ w\.T")
+
+
+def test_merge_heads_view_error_has_no_doubled_period():
+    def view_after_transpose(x):
+        return x.transpose(1, 2).view(x.shape[0], x.shape[2], -1)
+
+    with pytest.raises(CheckFailed) as info:
+        run_check("03.2", view_after_transpose)
+    assert not re.search(r"(?<!\.)\.\.(?!\.)", str(info.value))  # "..", not an ellipsis
 
 
 # --- the check() wrapper ----------------------------------------------------------------------

@@ -83,3 +83,55 @@ def test_primitives_refuse_bad_input():
     with pytest.raises(ValueError, match="values must be a non-empty 2-D matrix"):
         diagrams.grid(ax, (0, 0), [1, 2, 3])
     plt.close(fig)
+
+
+def test_chapter6_diagrams_refuse_bad_input_and_follow_their_arguments():
+    from book.diagrams import ch06
+
+    with pytest.raises(ValueError, match="n_blocks"):
+        ch06.flash_tiling(n_blocks=1)
+    with pytest.raises(ValueError, match="active_row"):
+        ch06.flash_tiling(n_blocks=3, active_row=3)
+    with pytest.raises(ValueError, match="multiple of num_kv_heads"):
+        ch06.kv_cache_decoding(num_heads=4, num_kv_heads=3)
+    fig = ch06.kv_cache_decoding(cached=3, num_heads=4, num_kv_heads=1)
+    try:
+        assert "1 key/value heads" in _title(fig)
+        labels = [t.get_text() for ax in fig.axes for t in ax.texts]
+        assert sum(lbl.startswith("query head") for lbl in labels) == 4
+        assert sum(lbl.startswith("K head") for lbl in labels) == 1
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    ("module", "function"),
+    [("ch02", "five_steps"), ("ch03", "split_attend_concat"), ("ch04", "rope_rotation")],
+)
+def test_chapters_2_to_4_have_their_diagrams(module, function):
+    draw = getattr(importlib.import_module(f"book.diagrams.{module}"), function)
+    fig = draw()
+    try:
+        assert _title(fig) and len(fig.axes[0].texts) >= 5  # labelled, not a bare sketch
+    finally:
+        plt.close(fig)
+
+
+def test_the_heads_diagram_refuses_a_width_the_heads_do_not_divide():
+    from book.diagrams.ch03 import split_attend_concat
+
+    with pytest.raises(ValueError, match="divisible"):
+        split_attend_concat(d_model=30, num_heads=4)
+    plt.close("all")
+
+
+def test_ch09_layernorm_placement_shows_both_orders():
+    from book.diagrams.ch09 import layernorm_placement
+
+    fig = layernorm_placement()
+    try:
+        texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+        assert "Post-LN" in texts and "Pre-LN" in texts
+        assert texts.count("LayerNorm") == 4 and texts.count("+") == 4
+    finally:
+        plt.close(fig)

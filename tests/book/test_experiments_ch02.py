@@ -264,3 +264,14 @@ def test_train_retrieval_restores_the_thread_setting():
     assert torch.get_num_threads() == before and len(run.losses) == 2
     with pytest.raises(ValueError, match="threads"):
         train_retrieval(scaled=True, steps=1, num_threads=0)
+
+
+def test_chapter_2_shows_the_five_steps_before_any_training():
+    """Issue 9, item 12: a newcomer meets the formula before any trained model."""
+    from book.notebooks.common import REPO
+
+    source = (REPO / "chapters" / "02_scaled_dot_product.py").read_text(encoding="utf-8")
+    five_steps = source.index("## 2.3 The whole computation in five steps")
+    first_training = source.index("train_retrieval(scaled=")
+    assert five_steps < first_training
+    assert source.index("print(retrieval_model)") < first_training  # the model, shown first

@@ -16,6 +16,9 @@ from book.experiments.ch03 import (
     IGNORE,
     SOFTMAX_FLOPS_PER_SCORE,
     PairModel,
+    assert_c9a_heads_split_without_new_parameters,
+    assert_c10_rises_then_falls,
+    attention_parameter_count,
     head_relation_mass,
     kv_cache_bytes,
     mha_flops,
@@ -231,3 +234,56 @@ def test_kv_cache_bytes_realistic_config_and_bad_input():
     assert kv_cache_bytes(32, 32, 128, 4096) == 2 * 1024**3  # 2 GiB in fp16
     with pytest.raises(ValueError, match="num_kv_heads"):
         kv_cache_bytes(32, 0, 128, 4096)
+
+
+def n_params(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def test_c9a_passes_for_the_real_layers_and_matches_torch():
+    d = 48
+    counts = {f"{h} heads": n_params(MultiHeadAttention(d, h)) for h in (1, 4, 12)}
+    independent = n_params(torch.nn.MultiheadAttention(d, 4))
+    assert independent == attention_parameter_count(d)
+    assert_c9a_heads_split_without_new_parameters(d, counts, independent=independent)
+
+
+def test_c9a_fails_when_a_head_count_changes_the_parameters():
+    d = 48
+    independent = attention_parameter_count(d)
+    with pytest.raises(AssertionError, match="head count changed"):
+        assert_c9a_heads_split_without_new_parameters(
+            d, {"1 head": independent, "12 heads": independent + 12 * d}, independent=independent
+        )
+
+
+def test_c9a_fails_when_the_independent_count_disagrees_with_the_hand_count():
+    d = 48
+    no_biases = 4 * d * d
+    with pytest.raises(AssertionError, match="hand count"):
+        assert_c9a_heads_split_without_new_parameters(
+            d, {"1 head": no_biases}, independent=no_biases
+        )
+
+
+def test_c10_passes_for_an_interior_optimum():
+    acc = {1: [0.55, 0.56, 0.55], 2: [0.99, 1.0, 0.98], 4: [0.99, 0.97, 1.0], 16: [0.6, 0.7, 0.65]}
+    assert assert_c10_rises_then_falls(acc, margin=0.1) == 2
+
+
+@pytest.mark.parametrize(
+    ("acc", "message"),
+    [
+        ({1: [0.5], 2: [0.7], 4: [0.8], 16: [0.95]}, "an end of the range"),  # more is better
+        ({1: [0.95], 2: [0.9], 4: [0.8], 16: [0.5]}, "an end of the range"),  # fewer is better
+        ({1: [0.5], 2: [0.9], 4: [0.88], 16: [0.85]}, "less than the margin"),  # a plateau
+    ],
+)
+def test_c10_fails_when_quality_does_not_rise_then_fall(acc, message):
+    with pytest.raises(AssertionError, match=message):
+        assert_c10_rises_then_falls(acc, margin=0.1)
+
+
+def test_c10_refuses_too_few_head_counts():
+    with pytest.raises(ValueError, match="at least 3"):
+        assert_c10_rises_then_falls({1: [0.5], 2: [0.9]}, margin=0.1)

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from attention.positional import apply_rope, sinusoidal_encoding
 from book.experiments.ch04 import (
+    assert_c14_quality_drops_past_training_length,
+    assert_c15_rope_extrapolates_better,
     build_lookback_model,
     fit_shift_matrix,
     last_query_attention,
@@ -325,3 +327,41 @@ def test_last_query_attention_rejects_other_models():
         last_query_attention(model, torch.zeros(1, 13, dtype=torch.long))
     with pytest.raises(ValueError, match="tokens"):
         last_query_attention(model, torch.zeros(13, dtype=torch.long))
+
+
+# --- C14/C15 over seeds ---------------------------------------------------------------------
+
+
+def test_c14_passes_when_a_learned_model_drops_past_the_training_length():
+    acc = {32: [1.0, 0.99, 1.0], 48: [0.4, 0.5, 0.3], 64: [0.1, 0.2, 0.1], 128: [0.06] * 3}
+    assert_c14_quality_drops_past_training_length(acc, train_max=32, learned=0.9, drop=0.3)
+
+
+def test_c14_fails_when_quality_holds_past_the_training_length():
+    acc = {32: [1.0, 1.0, 1.0], 64: [0.95, 0.9, 0.97], 128: [0.9, 0.8, 0.85]}
+    with pytest.raises(AssertionError, match="does not drop"):
+        assert_c14_quality_drops_past_training_length(acc, train_max=32, learned=0.9, drop=0.3)
+
+
+def test_c14_fails_when_a_seed_never_learned_the_task():
+    acc = {32: [1.0, 0.3, 1.0], 64: [0.1, 0.1, 0.1]}  # a drop, but one seed never learned
+    with pytest.raises(AssertionError, match="did not learn"):
+        assert_c14_quality_drops_past_training_length(acc, train_max=32, learned=0.9, drop=0.3)
+
+
+def test_c14_refuses_a_table_without_long_lengths():
+    with pytest.raises(ValueError, match="2 \\* train_max"):
+        assert_c14_quality_drops_past_training_length(
+            {32: [1.0], 48: [0.2]}, train_max=32, learned=0.9, drop=0.3
+        )
+
+
+def test_c15_passes_when_rope_is_better_and_fails_when_it_is_not():
+    rope = {48: [0.9, 0.8, 0.85], 64: [0.5, 0.6, 0.4]}
+    sinusoidal = {48: [0.3, 0.2, 0.25], 64: [0.1, 0.1, 0.1]}
+    assert_c15_rope_extrapolates_better(rope, sinusoidal, lengths=[48, 64], margin=0.1)
+    with pytest.raises(AssertionError, match="not better"):
+        assert_c15_rope_extrapolates_better(sinusoidal, rope, lengths=[48, 64], margin=0.1)
+    close = {48: [0.85, 0.8, 0.85], 64: [0.5, 0.6, 0.4]}  # better by less than the margin
+    with pytest.raises(AssertionError, match="not better"):
+        assert_c15_rope_extrapolates_better(rope, close, lengths=[48], margin=0.1)

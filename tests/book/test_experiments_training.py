@@ -13,6 +13,7 @@ from book.experiments.ch01 import LSTMClassifier, signal_batch
 from book.experiments.training import (
     first_step_below,
     fit,
+    linear_warmup,
     moving_average,
     torch_threads,
     train_classifier,
@@ -153,6 +154,45 @@ def test_fit_rejects_bad_arguments():
         fit(model, _regression, _mse, steps=1, lr=1e-3, data_seed=0, optimizer="sgd")
     with pytest.raises(ValueError, match="clip"):
         fit(model, _regression, _mse, steps=1, lr=1e-3, data_seed=0, clip=0)
+
+
+def test_linear_warmup_ramps_to_one_and_stays():
+    factor = linear_warmup(4)
+    assert [factor(s) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    assert linear_warmup(1)(0) == 1.0
+    with pytest.raises(ValueError, match="warmup_steps"):
+        linear_warmup(0)
+
+
+def test_fit_schedule_sets_the_learning_rate_of_every_step():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt_lrs = []
+    original = torch.optim.Adam.step
+
+    def step(self, *args, **kwargs):
+        opt_lrs.append(self.param_groups[0]["lr"])
+        return original(self, *args, **kwargs)
+
+    torch.optim.Adam.step = step
+    try:
+        fit(model, _regression, _mse, steps=5, lr=0.1, data_seed=0, schedule=linear_warmup(4))
+    finally:
+        torch.optim.Adam.step = original
+    assert opt_lrs == pytest.approx([0.025, 0.05, 0.075, 0.1, 0.1])
+    # without a schedule: the same result as before the option existed
+    torch.manual_seed(0)
+    a = fit(torch.nn.Linear(3, 1), _regression, _mse, steps=5, lr=1e-2, data_seed=7).losses
+    torch.manual_seed(0)
+    b = fit(
+        torch.nn.Linear(3, 1), _regression, _mse, steps=5, lr=1e-2, data_seed=7,
+        schedule=lambda step: 1.0,
+    ).losses  # fmt: skip
+    assert a == b
+    with pytest.raises(TypeError, match="schedule"):
+        fit(model, _regression, _mse, steps=1, lr=1e-3, data_seed=0, schedule=0.5)
+    with pytest.raises(ValueError, match="schedule"):
+        fit(model, _regression, _mse, steps=1, lr=1e-3, data_seed=0, schedule=lambda s: -1.0)
 
 
 def test_torch_threads_restores_the_thread_count_even_after_an_error():

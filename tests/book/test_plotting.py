@@ -215,3 +215,80 @@ def test_reference_line_is_drawn_above_the_data():
 def test_spread_plots_refuse_bad_input(call, match):
     with pytest.raises((TypeError, ValueError), match=match):
         call()
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (
+            lambda: plot_attention(torch.ones(0, 3)),
+            ValueError,
+            r"weights is empty \(shape \(0, 3\)\)",
+        ),
+        (lambda: plot_attention(np.zeros((2, 0))), ValueError, r"weights is empty"),
+        (lambda: plot_heads(torch.ones(0, 2, 2)), ValueError, r"weights is empty"),
+        (
+            lambda: plot_attention(np.array([["a", "b"]])),
+            TypeError,
+            r"weights must hold real numbers, got a numpy array of dtype <U1",
+        ),
+        (
+            lambda: plot_attention(torch.ones(2, 2, dtype=torch.complex64)),
+            TypeError,
+            r"weights must hold real numbers, got dtype torch.complex64",
+        ),
+        (lambda: plot_lines([], {"a": []}, "t", "x", "y"), ValueError, r"xs is empty"),
+        (
+            lambda: plot_lines([1, 2], {"a": [1, "two"]}, "t", "x", "y"),
+            TypeError,
+            r"ys_by_label\['a'\]\[1\] must be a real number, got str",
+        ),
+        (
+            lambda: plot_lines(["a", "b"], {"a": [1, 2]}, "t", "x", "y"),
+            TypeError,
+            r"xs\[0\] must be a real number, got str",
+        ),
+        (lambda: plot_lines(3, {"a": [1]}, "t", "x", "y"), TypeError, r"xs must be a sequence"),
+        (
+            lambda: plot_lines({"b": [1]}, {"a": [1]}, "t", "x", "y"),
+            ValueError,
+            r"xs has no entry for the label 'a'",
+        ),
+        (
+            lambda: plot_spread(["x"], {"a": [[1.0]]}, "t", "x", "y"),
+            TypeError,
+            r"xs\[0\] must be a real number",
+        ),
+        (
+            lambda: plot_spread([1], {"a": [["one"]]}, "t", "x", "y"),
+            TypeError,
+            r"runs_by_label\['a'\]\[0\] must hold real numbers",
+        ),
+        (
+            lambda: plot_bar_spread({"a": "high"}, "t", "y"),
+            TypeError,
+            r"values_by_label\['a'\] must hold real numbers",
+        ),
+        (
+            lambda: reference_line(plt.subplots()[1], "half", "chance"),
+            TypeError,
+            r"y must be a real number, got str",
+        ),
+        (
+            lambda: reference_line(plt.subplots()[1], math.inf, "chance"),
+            ValueError,
+            r"y must be finite, got inf",
+        ),
+    ],
+)
+def test_plotting_helpers_refuse_empty_and_non_numeric_input(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_plot_lines_still_takes_tensors_numpy_and_gaps():
+    ax = plot_lines(
+        torch.arange(3), {"a": [torch.tensor(1.0), np.float64(2.0), None]}, "t", "x", "y"
+    )
+    y = ax.lines[0].get_ydata()
+    assert y[0] == 1.0 and y[1] == 2.0 and math.isnan(y[2])

@@ -19,6 +19,7 @@ from book.notebooks import check as check_exercises
 from book.notebooks import workbook
 from book.notebooks.check import check_notebook, find_exercise, format_report
 from book.notebooks.common import REPO, notebook_files, read_py, write_ipynb
+from book.notebooks.exercises import main as exercises_main
 from book.notebooks.exercises import write_exercise
 
 pytestmark = pytest.mark.slow  # executes notebooks
@@ -209,3 +210,66 @@ def test_book_exercises_raise_only_stub_errors_and_fail_every_check(notebook):
     assert report.rows, f"{name}: no check(...) calls"
     passing = [r.id for r in report.rows if r.passed]
     assert passing == [], f"{name}: exercises pass before they are solved: {passing}"
+
+
+# ---- bad paths: one line on stderr and an exit code, never a traceback ---------------------
+
+
+def _bad_paths(tmp_path):
+    """A truncated .ipynb, a non-notebook file, a folder and a missing file."""
+    truncated = tmp_path / "05_truncated.ipynb"
+    truncated.write_text('{"cells": [{"cell_type": "code", "sou')
+    text = tmp_path / "notes.txt"
+    text.write_text("not a notebook\n")
+    folder = tmp_path / "a_folder"
+    folder.mkdir()
+    return {
+        "truncated": (truncated, "cannot read"),
+        "not a notebook": (text, "is not a notebook"),
+        "folder": (folder, "is a folder"),
+        "missing": (tmp_path / "07_missing.ipynb", "no such notebook"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["truncated", "not a notebook", "folder", "missing"])
+def test_learner_check_reports_a_bad_notebook_path_in_one_line(kind, tmp_path, capsys):
+    path, words = _bad_paths(tmp_path)[kind]
+    assert check_exercises.main(["--notebook", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and words in err and str(path.name) in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_learner_check_reports_a_truncated_twin_met_while_choosing(tmp_path, capsys):
+    folder = tmp_path / "my-exercises"
+    folder.mkdir()
+    (folder / "05_x.py").write_text("# %%\nx = 1\n")
+    (folder / "05_x.ipynb").write_text('{"cells": [')
+    assert check_exercises.main(["05", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: cannot read") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("kind", ["truncated", "not a notebook", "folder", "missing"])
+def test_exercise_generator_reports_a_bad_solution_path_in_one_line(kind, tmp_path, capsys):
+    path, words = _bad_paths(tmp_path)[kind]
+    if kind == "truncated":  # the generator reads the .py twin: make that one broken
+        path = path.with_suffix(".py")
+        path.write_bytes(b"\xff\xfe\x00 not utf-8")
+        words = "cannot read"
+    elif kind == "missing":
+        words = "no such notebook"
+    assert exercises_main([str(path), "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and words in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_exercise_generator_reports_a_truncated_exercise_ipynb_in_one_line(toy, tmp_path, capsys):
+    solution, _ = toy
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "94_toy.ipynb").write_text('{"cells": [')  # a broken earlier output
+    assert exercises_main([str(solution), "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "94_toy" in err and len(err.splitlines()) == 1

@@ -41,6 +41,7 @@
 
 # %%
 import functools
+import inspect
 
 import matplotlib.pyplot as plt
 import torch
@@ -51,15 +52,29 @@ from attention.dispatch import torch_sdpa
 from attention.functional import scaled_dot_product_attention
 from attention.heads import MultiHeadAttention
 from book.claims import claims_table, record_claim
-from book.experiments.ch01 import LSTMClassifier, signal_batch, unrolled_lstm
-from book.experiments.gradients import (
-    autograd_depth,
-    autograd_path_lengths,
-    gradient_vs_distance,
+from book.diagrams.ch01 import rnn_chain_vs_attention
+from book.experiments.ch01 import (
+    C3_SOLVED,
+    C3_USES_SIGNAL,
+    LSTMClassifier,
+    assert_c2_depth_grows_with_n,
+    assert_c3_attention_and_control_solve,
+    assert_c4_paths,
+    c3_verdict,
+    signal_batch,
+    unrolled_lstm,
 )
-from book.experiments.training import moving_average, train_classifier
+from book.experiments.gradients import (
+    gradient_vs_distance,
+    layer_rounds,
+    path_lengths,
+    recurrence_rounds,
+    sequential_depth,
+)
+from book.experiments.seeds import SEEDS, spread
+from book.experiments.training import fit, moving_average, train_classifier
 from book.measure.timing import time_forward
-from book.plotting import plot_attention, plot_lines, set_style
+from book.plotting import plot_attention, plot_bar_spread, plot_lines, reference_line, set_style
 from book.progress import progress
 
 set_style()
@@ -80,7 +95,7 @@ torch.set_num_threads(1)
 # W_{hh}^\top + b).$$
 #
 # Everything the network knows about tokens $0 \dots t$ has to fit into $h_t$, and the only
-# road from token $0$ to position $99$ runs through $h_1, h_2, \dots, h_{98}$: 99 updates,
+# road from token $0$ to position $t$ runs through $h_1, h_2, \dots, h_{t-1}$: $t$ updates,
 # each applying the same weights and squashing non-linearity. The second formula above is
 # the plain ("Elman") RNN. Written as code it is a loop over time — five lines, which we check
 # against PyTorch's `nn.RNN` before trusting them.
@@ -128,12 +143,22 @@ with torch.no_grad():  # give both the same weights
 assert torch.allclose(unrolled_lstm(cell, x_small), fused(x_small)[0], atol=1e-6)
 
 # %% [markdown]
+# The diagram below is the whole chapter in one picture. On the left, the recurrent chain:
+# token $x_0$ reaches the read-out only through every state after it, and each state has to
+# wait for the one before. On the right, one self-attention layer: every output is computed
+# from every token at once, so $x_0$ is one step from the read-out, whatever the length.
+# The sections below measure both halves of the picture.
+
+# %%
+fig = rnn_chain_vs_attention()
+
+# %% [markdown]
 # **The running example.** Throughout the chapter, sequences are 500 tokens long and the
 # model reads out at the *last* position. The task of section 1.4 — the class of a sequence
 # is written in its first five tokens, followed by 495 tokens of noise — makes the question
 # concrete: the information the model needs is as far from the read-out as it can be. Here
-# is one sequence: ids 0–3 are the four "signal" tokens (one per class), ids 4–19 are
-# distractors.
+# is one sequence: ids 0–3 are the four "signal" tokens (one per class), the other 16
+# ids are distractors.
 
 # %% tags=["NBVAL_CHECK_OUTPUT"]
 SEQ_LEN, N_CLASSES, N_DISTRACTORS = 500, 4, 16
@@ -175,8 +200,8 @@ print("last 12 tokens: ", example_tokens[0, -12:].tolist())
 # an exaggerated version of the +1 that Jozefowicz et al., 2015, recommend), and one
 # multi-head self-attention layer. We work in float64: the numbers get small enough to
 # underflow float32. Each norm is estimated from 8 random probes (Hutchinson's estimator),
-# good to within some tens of percent at each position: invisible on a scale spanning 150
-# orders of magnitude, and the summaries below average over many positions.
+# good to within some tens of percent at each position: invisible on a scale spanning more than a
+# hundred orders of magnitude, and the summaries below average over many positions.
 
 # %%
 WIDTH = 32
@@ -288,42 +313,60 @@ record_claim(
 #
 # **Claim C2.** *An RNN cannot be parallelised over time: step $t$ waits for step $t-1$.*
 #
-# This is a statement about dependencies, and dependencies can be counted. Every operation
-# in PyTorch's autograd graph needs the results of the operations below it, so the *longest
-# chain* of operations in the graph (its depth, or critical path) is a lower bound on the
-# number of steps that must run one after another — no matter how many processors you have.
-# `autograd_depth` measures it. For the LSTM loop we expect a depth proportional to the
-# sequence length; for an attention layer, the same depth at every length: all positions are
-# processed by the same few matrix products.
+# This is a statement about dependencies, and dependencies can be measured — on values, not on
+# how the code happens to be written. (Counting operations in PyTorch's autograd graph does
+# not work: the fused `nn.LSTM` is one graph node of depth 5 at every length, though it runs
+# the same loop as the Python version.) The package measures depth in **rounds**. A round
+# applies the model's mixing step once, at every position in parallel: for an attention
+# model, one layer; for a recurrent network, one application of its own cell to every
+# position, fed with the state that position $t-1$ had after the previous round
+# (`recurrence_rounds`; it calls the module itself on one time step, so it works for a fused
+# `nn.LSTM` as for a Python loop). After round $k$ the first $k$ positions are exact, and
+# after $n$ rounds the whole output equals the network's own. `sequential_depth` measures
+# how many rounds pass before the last output has felt every input, from per-token Jacobians
+# ($\partial y_{n-1} / \partial x_j \neq 0$ first after how many rounds?): the number of
+# steps that must run one after another, however many processors there are.
+#
+# The prediction, written before the run: $n$ rounds for every recurrent network, fused or
+# not, at every length; one round (one layer) for attention at every length.
 
 # %% tags=["NBVAL_CHECK_OUTPUT"]
 torch.manual_seed(0)
-cell_c2 = nn.LSTMCell(16, 16)
-attention_c2 = MultiHeadAttention(16, 4)
-depth_lengths = [16, 32, 64, 128]
-depth = {"LSTM (unrolled)": [], "self-attention": []}
-for n in depth_lengths:
-    x_n = torch.randn(1, n, 16, requires_grad=True)  # (B, L, D)
-    _, (h_last, _) = unrolled_lstm(cell_c2, x_n, return_state=True)  # (B, H)
-    depth["LSTM (unrolled)"].append(autograd_depth(h_last.sum()))
-    depth["self-attention"].append(autograd_depth(attention_c2(x_n)[:, -1].sum()))
+cell_c2 = nn.LSTMCell(16, 16).double()
+fused_c2 = nn.LSTM(16, 16, batch_first=True).double()
+gru_c2 = nn.GRU(16, 16, batch_first=True).double()
+attention_c2 = MultiHeadAttention(16, 4).double()
+depth_models = {
+    "LSTM, Python loop (LSTMCell)": recurrence_rounds(cell_c2),
+    "LSTM, fused (nn.LSTM)": recurrence_rounds(fused_c2),
+    "GRU, fused (nn.GRU)": recurrence_rounds(gru_c2),
+    "self-attention, 1 layer": layer_rounds([attention_c2]),
+}
+depth_lengths = [8, 16, 32, 64]
+depth = {name: [] for name in depth_models}
+for n in progress(depth_lengths, desc="depth"):
+    x_n = torch.randn(1, n, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
+    for name, rounds in depth_models.items():
+        depth[name].append(sequential_depth(rounds, x_n, generator=torch.Generator()))
+# The rounds are the module's own computation: after n rounds, its own output.
+x_check = torch.randn(2, 16, 16, dtype=torch.float64)  # (B, L, D)
+assert torch.allclose(recurrence_rounds(fused_c2)(x_check)[-1], fused_c2(x_check)[0])
 for name, values in depth.items():
     print(
-        f"{name:16s}", "  ".join(f"n={n}: {d}" for n, d in zip(depth_lengths, values, strict=True))
+        f"{name:30s}",
+        "  ".join(f"n={n}: {d:3d}" for n, d in zip(depth_lengths, values, strict=True)),
     )
 
 # %%
-lstm_depth = depth["LSTM (unrolled)"]
-per_token = [
-    (lstm_depth[i + 1] - lstm_depth[i]) / (depth_lengths[i + 1] - depth_lengths[i])
-    for i in range(len(depth_lengths) - 1)
-]  # operations added per extra token
-assert len(set(per_token)) == 1 and per_token[0] >= 1  # exactly linear in n
-assert len(set(depth["self-attention"])) == 1  # constant in n
+recurrent_depth = {name: d for name, d in depth.items() if "attention" not in name}
+assert_c2_depth_grows_with_n(
+    depth_lengths, recurrent_depth, {"self-attention, 1 layer": depth["self-attention, 1 layer"]}
+)
 
 # %% [markdown]
-# The LSTM's critical path grows by the same number of operations for every extra token (the
-# operations inside one `LSTMCell` step); attention's does not grow at all. Dependencies are
+# Every recurrent network needs exactly $n$ rounds — the Python loop, the fused `nn.LSTM` and
+# the fused `nn.GRU` alike: the fused kernel is faster per step, but it cannot skip the
+# steps. Attention needs one round at every length. Dependencies are
 # what parallel hardware cannot remove, but wall-clock time also depends on the *amount* of
 # work, and attention does $O(n^2)$ work against the LSTM's $O(n)$. The next cell times one
 # forward pass (batch 8, width 64) of the LSTM written as a Python loop, PyTorch's fused
@@ -349,11 +392,14 @@ fig, axes = plt.subplots(1, 2, figsize=(11, 4))
 plot_lines(
     {name: depth_lengths for name in depth},
     depth,
-    title="Critical path: operations that must run in sequence",
+    title="Sequential depth: rounds that must run one after another",
     xlabel="sequence length n (tokens)",
-    ylabel="autograd graph depth (operations)",
+    ylabel="sequential depth (rounds)",
     ax=axes[0],
 )
+axes[0].lines[1].set_linestyle("--")  # the three recurrent lines coincide: dash two
+axes[0].lines[2].set_linestyle(":")
+axes[0].legend(fontsize=8, loc="upper left")
 plot_lines(
     time_lengths,
     {name: [1000 * t for t in ts] for name, ts in timings.items()},
@@ -372,19 +418,24 @@ for name, ts in timings.items():
 record_claim(
     "C2",
     claim="An RNN cannot parallelise over time: step t waits for step t−1",
-    experiment="autograd critical-path depth of an unrolled LSTM vs one attention layer, "
-    "n = 16…128; forward timings n = 64…1024 (shown, not asserted)",
+    experiment="sequential depth in rounds (per-token Jacobians) of an LSTM loop, fused nn.LSTM, "
+    "fused nn.GRU and one attention layer, n = 8…64; forward timings n = 64…1024 (shown, "
+    "not asserted)",
     verdict="reproduced",
-    measured=f"LSTM depth {lstm_depth[0]}→{lstm_depth[-1]} (+{per_token[0]:.0f} per token); "
-    f"attention depth {depth['self-attention'][0]} at every n; at n=1024 the Python loop took "
+    measured="depth at n = "
+    + "/".join(str(n) for n in depth_lengths)
+    + ": "
+    + "; ".join(f"{k} " + "/".join(str(d) for d in v) for k, v in depth.items())
+    + "; at n=1024 the Python loop took "
     f"{1000 * timings['LSTM, Python loop'][-1]:.0f} ms, nn.LSTM "
     f"{1000 * timings['LSTM, fused (nn.LSTM)'][-1]:.0f} ms, attention "
     f"{1000 * timings['self-attention'][-1]:.0f} ms (this machine)",
 )
 
 # %% [markdown]
-# **Verdict: reproduced**, as a statement about dependencies: the LSTM's chain of dependent
-# operations grows linearly with the sequence, attention's is constant. The timings add an
+# **Verdict: reproduced**, as a statement about dependencies: every recurrent network, fused
+# or not, needs $n$ rounds one after another; attention needs one, at every length. The
+# timings add an
 # honest footnote. They were taken on one CPU thread, where there is no parallel hardware to
 # exploit at all, so attention's $O(n^2)$ work shows: compare the slope of its curve with the
 # LSTMs' in the right panel (a slope of 2 on log–log axes is quadratic, 1 is linear), and see
@@ -411,12 +462,25 @@ record_claim(
 # - a small **attention classifier** (the package's `SequenceClassifier`: one pre-LN encoder
 #   layer, one head, width 32, sinusoidal positions, read-out at the last position);
 # - LSTM classifiers with hidden size 32 (one layer), 128 (one layer) and 32 (two layers);
+# - the 32-unit LSTM with its **forget-gate bias raised** by 3 and by 5 at initialisation:
+#   the first thing an expert tries on a long-lag task (Gers et al., 2000; Jozefowicz et al.,
+#   2015). With $f \approx \sigma(5)$, nearly 1, the cell forgets slowly from the first
+#   step, so the gradient from the read-out can reach the signal (section 1.2 measured how
+#   much an open gate slows the decay);
 # - a **control**: the 32-unit LSTM on the same task with the signal in the *last* five
 #   positions. If it fails too, the task or the training budget is the problem, not the
 #   distance.
 #
-# The budget is small because this book runs on two CPU cores; section 1.3 explains why the
-# LSTMs are the slow part. Chance accuracy is 25 %.
+# The attention model, the default 32-unit LSTM and both forget-bias LSTMs are trained with
+# seeds 0, 1 and 2 (different initial weights and batches); the wider, the deeper and the
+# control LSTM with seed 0 only — the budget is small because this book runs on two CPU cores
+# (section 1.3 explains why the LSTMs are the slow part). Chance accuracy is one in four.
+#
+# **Thresholds, fixed before the run** (`C3_USES_SIGNAL`, `C3_SOLVED` in
+# `book.experiments.ch01`): a model *uses the signal* when its held-out accuracy reaches
+# twice chance, and *solves* the task at 0.9. The claim is reproduced if no LSTM run uses the
+# signal; partly, if the default LSTMs fail on every seed but a tuned one uses it on some
+# seeds; not reproduced, if a default LSTM uses it, or a remedy does on every seed.
 
 # %%
 STEPS, BATCH, LR = 120, 16, 5e-3
@@ -447,49 +511,120 @@ def attention_classifier():
     )
 
 
-runs_c3 = {
-    "attention, signal at start": (attention_classifier, early_task),
-    "LSTM 32, signal at end (control)": (
-        lambda: LSTMClassifier(VOCAB, N_CLASSES, 16, 32),
-        late_task,
-    ),
-    "LSTM 32, signal at start": (lambda: LSTMClassifier(VOCAB, N_CLASSES, 16, 32), early_task),
-    "LSTM 128, signal at start": (lambda: LSTMClassifier(VOCAB, N_CLASSES, 16, 128), early_task),
-    "LSTM 32×2 layers, signal at start": (
-        lambda: LSTMClassifier(VOCAB, N_CLASSES, 16, 32, num_layers=2),
-        early_task,
-    ),
-}
-results_c3 = {
-    name: train_classifier(
-        build, batches(task), steps=STEPS, batch_size=BATCH, lr=LR, seed=0, progress=True, desc=name
+print(f"uses the signal: accuracy >= {C3_USES_SIGNAL}; solves: >= {C3_SOLVED}")
+
+
+def lstm(hidden, num_layers=1, forget_bias=0.0):
+    return lambda: LSTMClassifier(
+        VOCAB, N_CLASSES, 16, hidden, num_layers=num_layers, forget_bias=forget_bias
     )
-    for name, (build, task) in runs_c3.items()
+
+
+# name -> (build, task, seeds)
+runs_c3 = {
+    "attention, signal at start": (attention_classifier, early_task, SEEDS),
+    "LSTM 32, signal at end (control)": (lstm(32), late_task, (0,)),
+    "LSTM 32, signal at start": (lstm(32), early_task, SEEDS),
+    "LSTM 128, signal at start": (lstm(128), early_task, (0,)),
+    "LSTM 32×2 layers, signal at start": (lstm(32, num_layers=2), early_task, (0,)),
+    "LSTM 32, forget bias +3": (lstm(32, forget_bias=3.0), early_task, SEEDS),
+    "LSTM 32, forget bias +5": (lstm(32, forget_bias=5.0), early_task, SEEDS),
 }
+results_c3 = {}
+for name, (build, task, seeds) in runs_c3.items():
+    if "forget bias" in name:
+        continue  # trained in the next cell
+    for seed in seeds:
+        results_c3[name, seed] = train_classifier(
+            build, batches(task), steps=STEPS, batch_size=BATCH, lr=LR, seed=seed, progress=True,
+            desc=f"{name}, seed {seed}",
+        )  # fmt: skip
+
+# %% [markdown]
+# The expert's remedy: the same 32-unit LSTM, the same batches, the forget gate opened at
+# initialisation.
 
 # %%
+results_c3 |= {
+    (name, seed): train_classifier(
+        build,
+        batches(task),
+        steps=STEPS,
+        batch_size=BATCH,
+        lr=LR,
+        seed=seed,
+        progress=True,
+        desc=f"{name}, seed {seed}",
+    )  # fmt: skip
+    for name, (build, task, seeds) in runs_c3.items()
+    if "forget bias" in name
+    for seed in seeds
+}
+acc_c3 = {
+    name: [results_c3[name, s].accuracy for s in seeds] for name, (_, _, seeds) in runs_c3.items()
+}
+
+# %% [markdown]
+# The models, as defined: the attention classifier (the package's encoder layer, from
+# chapter 2 on built piece by piece) and the LSTM classifier (`book.experiments.ch01`).
+
+# %%
+print(results_c3["attention, signal at start", 0].model)
+print(results_c3["LSTM 32, forget bias +5", 0].model)
+print(inspect.getsource(LSTMClassifier.forward))
+
+# %% [markdown]
+# Every model in this book is trained by one loop, `book.experiments.training.fit`, here
+# through `train_classifier` (which seeds the weights with `seed`, the training batches with
+# `seed + 1` and the held-out batch with `seed + 2`, then measures accuracy). This is its
+# first use, so here it is in full; later chapters import it.
+
+# %%
+print(inspect.getsource(fit))
+print(inspect.getsource(train_classifier))
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw={"width_ratios": [1.1, 1]})
 plot_lines(
     list(range(1, STEPS + 1)),
-    {name: moving_average(r.losses, 10) for name, r in results_c3.items()},
-    title="Training on length-500 sequences (10-step moving average)",
+    {name: moving_average(results_c3[name, 0].losses, 10) for name in runs_c3},
+    title="Training on length-500 sequences, seed 0 (10-step moving average)",
     xlabel="training step",
     ylabel="cross-entropy loss (nats)",
     markers=False,
-).axhline(torch.log(torch.tensor(4.0)).item(), color="grey", linestyle=":", linewidth=1)
+    ax=axes[0],
+)
+reference_line(axes[0], torch.log(torch.tensor(4.0)).item(), "chance: ln 4")
+axes[0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+plot_bar_spread(
+    {name.replace(", signal at", "\nsignal at").replace(", forget", "\nforget"): a
+     for name, a in acc_c3.items()},
+    title="Held-out accuracy (bar: mean over the seeds run; dots: each seed)",
+    ylabel="accuracy",
+    ax=axes[1],
+    reference=(0.25, "chance (1/4)"),
+)  # fmt: skip
+axes[1].axhline(C3_USES_SIGNAL, color="tab:red", linestyle=":", zorder=5,
+                label=f"uses the signal ({C3_USES_SIGNAL})")  # fmt: skip
+axes[1].tick_params(axis="x", labelsize=7, rotation=60)
+axes[1].set_ylim(0, 1.05)
+axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+fig.tight_layout()
 
-for name, r in results_c3.items():
-    print(
-        f"{name:36s} accuracy {r.accuracy:5.1%}   {r.n_params:6d} parameters   {r.seconds:5.1f} s"
-    )
+# %%
+for name, accs in acc_c3.items():
+    r = results_c3[name, 0]
+    print(f"{name:36s} accuracy {spread(accs).format('.2f'):44s} {r.n_params:6d} parameters   "
+          f"{r.seconds:5.1f} s (seed 0)")  # fmt: skip
 
 # %% [markdown]
-# The dotted line is $\ln 4$, the loss of a uniform guess. Before the verdict, one more look
+# The dashed line is $\ln 4$, the loss of a uniform guess. Before the verdict, one more look
 # inside the attention model: where does its last position look? We recompute its attention
 # weights on held-out sequences (switching the layer back to the package's reference
 # attention, which can return weights) and average them over the examples.
 
 # %%
-trained = results_c3["attention, signal at start"].model
+trained = results_c3["attention, signal at start", 0].model
 layer = trained.encoder.layers[0]
 held_tokens, _ = early_task(256, generator=torch.Generator().manual_seed(7))
 with torch.no_grad():
@@ -499,53 +634,73 @@ with torch.no_grad():
     layer.self_attn.attn_fn = torch_sdpa
 last_row = weights[:, 0, -1, :]  # (B, L): how the read-out position spreads its attention
 signal_share = float(last_row[:, :5].sum(-1).mean())
-ax = plot_lines(
-    list(range(SEQ_LEN)),
-    {"mean attention weight of position 499": last_row.mean(0).tolist()},
+mean_row = last_row.mean(0)  # (L,)
+fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), gridspec_kw={"width_ratios": [1.6, 1]})
+axes[0].axvspan(-0.5, 4.5, color="orange", alpha=0.3, label="signal (positions 0–4)")
+axes[0].plot(range(SEQ_LEN), mean_row, label="mean attention weight of position 499")
+axes[0].set(
     title="Trained attention classifier: where the read-out position looks",
     xlabel="key position (tokens)",
     ylabel="attention weight (mean over 256 sequences)",
-    markers=False,
 )
-ax.axvspan(0, 4, color="orange", alpha=0.3, label="signal (positions 0–4)")
-ax.legend()
+axes[0].legend(fontsize=8, loc="upper right")
+zoom = 20
+axes[1].bar(range(zoom), mean_row[:zoom], color=["tab:orange"] * 5 + ["tab:blue"] * (zoom - 5))
+reference_line(axes[1], 1 / SEQ_LEN, "uniform weight 1/500")
+axes[1].set(title=f"Zoom: key positions 0–{zoom - 1}", xlabel="key position (tokens)",
+            ylabel="attention weight", xticks=range(0, zoom, 2))  # fmt: skip
+axes[1].legend(fontsize=8, loc="upper right")
+fig.tight_layout()
 print(f"share of attention on positions 0-4: {signal_share:.1%} (uniform would be 1.0%)")
 
 # %%
-acc = {name: r.accuracy for name, r in results_c3.items()}
-lstm_early = {n: a for n, a in acc.items() if n.startswith("LSTM") and "start" in n}
-assert acc["attention, signal at start"] > 0.9
-assert acc["LSTM 32, signal at end (control)"] > 0.9  # the task is learnable by an LSTM ...
-assert all(a < 0.4 for a in lstm_early.values())  # ... but not from 495 steps away
-bigger_gain = max(lstm_early.values()) - acc["LSTM 32, signal at start"]
-assert bigger_gain < 0.1  # size does not rescue it (within this budget)
-assert signal_share > 0.5  # the attention model found the signal by looking straight at it
+assert_c3_attention_and_control_solve(
+    acc_c3["attention, signal at start"], acc_c3["LSTM 32, signal at end (control)"], signal_share
+)
+default_c3 = {n: a for n, a in acc_c3.items() if n.endswith("signal at start") and "LSTM" in n}
+tuned_c3 = {n: a for n, a in acc_c3.items() if "forget bias" in n}
+verdict_c3 = c3_verdict(default_c3, tuned_c3)
+rescued_c3 = {n: sum(x >= C3_USES_SIGNAL for x in a) for n, a in tuned_c3.items()}
+print("verdict:", verdict_c3)
+for n, k in rescued_c3.items():
+    per_seed = ", ".join(f"{a:.3f}" for a in tuned_c3[n])
+    print(f"{n}: uses the signal on {k} of {len(tuned_c3[n])} seeds (seeds 0-2: {per_seed})")
 record_claim(
     "C3",
     claim="An LSTM on length-500 sequences fails to use features at the start; bigger hidden "
     "size or more layers give only marginal gains (an architectural ceiling, not tuning)",
     experiment="4-class task, class token in positions 0–4 of 500, read-out at the end; "
-    "120 steps × batch 16, same batches; LSTM 32/128/32×2 vs 1-layer attention; control: "
-    "signal in the last 5 positions",
-    verdict="partly",
-    measured=", ".join(f"{n} {a:.0%}" for n, a in acc.items())
+    "120 steps × batch 16; attention, LSTM 32 and LSTM 32 with forget bias +3/+5 on seeds "
+    "0–2, LSTM 128, 32×2 and the control (signal at the end) on seed 0",
+    verdict=verdict_c3,
+    measured="; ".join(
+        f"{n.replace(', signal at start', '')} {spread(a).format('.2f')}"
+        if len(a) > 1
+        else f"{n.replace(', signal at start', '')} {a[0]:.2f} (seed 0)"
+        for n, a in acc_c3.items()
+    )
     + f"; attention puts {signal_share:.0%} of the read-out's weight on positions 0–4",
 )
 
 # %% [markdown]
-# **Verdict: partly reproduced.** The measured part of the claim holds: within the same
-# budget, the attention model and the control LSTM both solve their tasks, while every LSTM
-# that must carry the signal across ~495 steps stays at chance — the wider one (about eleven
-# times the parameters) and the deeper one included. The attention map shows how the
-# attention model succeeds: its last position looks straight at the first five tokens,
-# one step away. What the experiment cannot show is a *ceiling*. LSTMs were invented to
-# bridge long gaps, and given far more training (or carefully chosen initialisation such as
-# a forget bias) they can learn tasks with lags of hundreds or thousands of steps
-# (Hochreiter & Schmidhuber, 1997). What we see is the difficulty section 1.2 predicted: at
-# the start of training the gradient linking the read-out to the signal is dozens of orders
-# of magnitude too small to learn from, and making the network bigger does not change that
-# arithmetic. "Not a tuning problem" is too strong; "a problem tuning alone is unlikely to fix
-# cheaply" is what the evidence supports.
+# **Verdict: partly reproduced — and seed-dependent.** At torch's default initialisation the
+# claim holds: within the same budget, the attention model and the control LSTM solve their
+# tasks on every seed they ran, while every default LSTM that must carry the signal across
+# ~495 steps stays at chance — the wider one (about eleven times the parameters) and the
+# deeper one included. The attention map shows how the attention model succeeds: its last
+# position looks straight at the first five tokens, one step away (the zoom).
+#
+# The forget-gate bias is where "not a tuning problem" breaks. A bias of +3 did not help on
+# any seed here, but +5 — a gate that starts out almost fully open — lifted the LSTM to 0.74
+# on seed 0 and to 0.498 on seed 1 (twice chance, a hair under the threshold fixed before the
+# run), while seed 2 stayed at chance (0.26): see the dots in the accuracy panel. So the
+# failure is real at default settings, but it is not a ceiling of the architecture: one line
+# of initialisation moves it, unreliably, within 120 steps. This is what section 1.2
+# predicted: the gate sets how fast the gradient from the read-out decays on its way back to
+# the signal, and +5 leaves enough of it to learn from. LSTMs were invented
+# to bridge long gaps (Hochreiter & Schmidhuber, 1997), and with more training and such
+# initialisations they do. What the evidence supports is "hard to train from this far away,
+# and fragile across seeds", not "impossible"; attention, one step away, needs no such care.
 
 # %% [markdown]
 # ## 1.5 Attention: one step between any two positions (C4)
@@ -555,53 +710,68 @@ record_claim(
 #
 # In self-attention, the output at position $t$ is a weighted sum over *all* positions,
 # $y_t = \sum_j a_{tj}\, v_j$ with $v_j = x_j W_V$. Token $j$ enters $y_t$ through one
-# attention layer whatever $t - j$ is. We can count this the same way as in section 1.3: feed
-# each token in as its own leaf tensor and let `autograd_path_lengths` find the fewest
-# operations between token $j$ and the output at the last position.
+# attention layer whatever $t - j$ is. We measure it with the rounds of section 1.3:
+# `path_lengths` reports, for every input position $j$, the fewest rounds after which
+# $\partial y_t / \partial x_j \neq 0$ at the last position $t$ (a per-token Jacobian), or
+# *no path* if no round ever makes $y_t$ depend on $x_j$. For the LSTM a round is one
+# application of its cell, so the prediction is $d + 1$ rounds at distance $d = t - j$ (the
+# cell that reads $x_j$, then $d$ state updates); for attention, one layer at every distance.
+# A measurement that can only say "short" proves nothing, so we add a **control that mixes
+# nothing**: a per-token `nn.Linear`, tanh, `nn.Linear` stack, whose output at $t$ depends
+# on token $t$ alone. It must report no path from any other token.
 
 # %% tags=["NBVAL_CHECK_OUTPUT"]
 torch.manual_seed(0)
 n_path = 64
-tokens_as_leaves = [torch.randn(1, 16, requires_grad=True) for _ in range(n_path)]  # (B, D) each
-_, (lstm_out, _) = unrolled_lstm(cell_c2, tokens_as_leaves, return_state=True)  # (B, H)
-attn_out = attention_c2(torch.stack(tokens_as_leaves, 1))[:, -1]  # (B, D): last position
-paths = {
-    "LSTM (unrolled)": autograd_path_lengths(lstm_out, tokens_as_leaves)[::-1],  # by distance
-    "self-attention": autograd_path_lengths(attn_out, tokens_as_leaves)[::-1],
+per_token = nn.Linear(16, 16).double()
+paths_by_model = {
+    "LSTM (cell applications)": recurrence_rounds(cell_c2),
+    "self-attention (layers)": layer_rounds([attention_c2]),
+    "per-token Linear, no mixing (control)": layer_rounds([per_token, torch.tanh, per_token]),
 }
+x_path = torch.randn(1, n_path, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+paths = {
+    name: path_lengths(rounds, x_path, generator=torch.Generator().manual_seed(4))[::-1]
+    for name, rounds in paths_by_model.items()
+}  # index = distance d = t - j
 for name, p in paths.items():
-    print(f"{name:16s} distance 0: {p[0]:3d}   1: {p[1]:3d}   10: {p[10]:3d}   63: {p[63]:3d}")
+    print(f"{name:38s}", "  ".join(f"d={d}: {p[d]}" for d in (0, 1, 10, 63)))
 
 # %%
-lstm_path, attn_path = paths["LSTM (unrolled)"], paths["self-attention"]
-path_steps = {b - a for a, b in zip(lstm_path[1:], lstm_path[2:], strict=False)}
-assert len(path_steps) == 1 and path_steps.pop() >= 1  # grows by a constant per token: O(n)
-assert len(set(attn_path)) == 1  # the same at every distance: O(1)
-plot_lines(
+lstm_path = paths["LSTM (cell applications)"]
+attn_path = paths["self-attention (layers)"]
+control_path = paths["per-token Linear, no mixing (control)"]
+assert_c4_paths(lstm_path, attn_path, control_path)
+ax = plot_lines(
     list(range(n_path)),
-    paths,
-    title="Operations between token t − d and the output at t",
+    {name: p for name, p in paths.items() if "control" not in name},
+    title="Rounds between token t − d and the output at t",
     xlabel="distance d (tokens)",
-    ylabel="shortest path in the autograd graph (operations)",
+    ylabel="path length (rounds of mixing)",
     markers=False,
 )
+ax.scatter([0], [control_path[0]], color="tab:green", zorder=5,
+           label="per-token control: a path from its own token only")  # fmt: skip
+ax.legend(loc="upper left")
 record_claim(
     "C4",
     claim="Attention shortens the path between any two positions from O(n) steps to 1",
-    experiment="shortest autograd path from each of 64 tokens to the last output (unrolled "
-    "LSTM vs one attention layer); gradient norm vs distance from §1.2",
+    experiment="fewest rounds after which ∂y_t/∂x_j ≠ 0 (per-token Jacobians), 64 tokens: "
+    "LSTM cell applications vs attention layers; control: per-token Linear stack (no mixing)",
     verdict="reproduced",
-    measured=f"LSTM path {lstm_path[1]}→{lstm_path[63]} operations from distance 1 to 63 "
-    f"(+{lstm_path[2] - lstm_path[1]} per token); attention {attn_path[0]} at every distance; "
-    f"attention gradient far/near {attn_ratio:.2f}",
+    measured=f"LSTM {lstm_path[1]}→{lstm_path[63]} rounds from distance 1 to 63 (d + 1); "
+    f"attention {attn_path[0]} round at every distance; control: no path from "
+    f"{sum(p is None for p in control_path)} of {n_path - 1} other tokens; attention gradient "
+    f"far/near {attn_ratio:.2f}",
 )
 
 # %% [markdown]
-# **Verdict: reproduced.** The path through the LSTM grows by a fixed number of operations
-# per token of distance; through the attention layer it is the same handful of operations
-# (projections, a score, a softmax, a weighted sum) for every pair. For immediate neighbours
-# the LSTM's path is actually the shorter one; attention wins from a few tokens of distance
-# on, and by more the further apart the tokens are. Combined with the flat
+# **Verdict: reproduced.** The LSTM's path grows by one cell application per token of
+# distance; attention's is one layer for every pair, and the control that mixes nothing
+# reports no path from any other token — so the measurement can tell "one step" from "no
+# connection". (An earlier version of this book counted operations in the autograd graph and
+# got a short "path" for the control too: `torch.stack` of the tokens is one graph node
+# linked to all of them. Dependence has to be measured on values.) Combined with the flat
 # gradient curve of section 1.2, this is the whole argument of the chapter in two numbers:
 # attention does not remember better, it simply does not have to pass the message along.
 # The price is the $n \times n$ table of scores, whose cost chapter 5 measures.
@@ -769,16 +939,20 @@ claims_table()
 # ## Takeaways
 #
 # - A recurrent network carries everything through one state, one update per token: token 0
-#   reaches position 99 only through 99 updates.
+#   reaches position $t$ only through $t$ updates.
 # - The gradient linking a distant input to an output is a product of one Jacobian per step,
 #   so it shrinks (or explodes) exponentially with distance. LSTM and GRU gates slow the
 #   decay — an open forget gate a lot — but over 500 steps it remains orders of magnitude.
-# - The chain of dependent operations of an RNN grows with the sequence length; one attention
-#   layer has the same short chain at every length. That is a statement about parallelism,
-#   not about total work: attention does $O(n^2)$ work, which a small CPU feels.
-# - On a 500-token task with the answer at the start, LSTMs of several sizes stayed at chance
-#   within our budget while a one-layer attention model learned to look straight at the
-#   signal. Bigger LSTMs did not help; a ceiling, though, is more than this shows.
+# - An RNN needs $n$ rounds one after another however it is implemented (a Python loop or a
+#   fused kernel); one attention layer needs one round at every length. That is a statement
+#   about parallelism, not about total work: attention does $O(n^2)$ work, which a small CPU
+#   feels.
+# - Dependence must be measured on values: a per-token Jacobian says whether $y_t$ depends on
+#   $x_j$, and a control that mixes nothing must come out as "no path".
+# - On a 500-token task with the answer at the start, default LSTMs of several sizes stayed
+#   at chance within our budget while a one-layer attention model learned to look straight
+#   at the signal. A raised forget-gate bias rescued the LSTM on some seeds, not all: hard
+#   and fragile, not impossible.
 # - Self-attention takes queries, keys and values from one sequence; cross-attention takes
 #   queries from the decoder and keys and values from the encoder. Mixing in matched tokens
 #   is what makes a word's representation depend on its context.

@@ -421,3 +421,164 @@ def fit_power(lengths: Sequence[int], values: Sequence[float]) -> float:
     x = torch.tensor([math.log(n) for n in lengths], dtype=torch.float64)
     y = torch.tensor([math.log(v) for v in values], dtype=torch.float64)
     return float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
+
+
+# ------------------------------------------------------------------------------------------
+# Reach after several layers, and the asserting functions of C16 and C19
+# ------------------------------------------------------------------------------------------
+
+
+def reach_after(allowed: Tensor, depth: int) -> Tensor:
+    """``(L, L)`` bool: output ``i`` can depend on input ``j`` after ``depth`` layers that each
+    use the may-attend mask ``allowed (L, L)`` (with residual connections, so a position
+    always keeps its own input). One layer moves information one mask-step; ``depth`` layers
+    compose the mask with itself ``depth`` times (a boolean matrix power)."""
+    check_tensor("allowed", allowed)
+    if allowed.dtype != torch.bool or allowed.dim() != 2 or allowed.shape[0] != allowed.shape[1]:
+        raise ValueError(
+            f"allowed must be a square bool mask (L, L), got {allowed.dtype} {tuple(allowed.shape)}"
+        )
+    depth = check_positive_int("depth", depth)
+    step = (allowed | torch.eye(allowed.shape[0], dtype=torch.bool)).double()  # (L, L)
+    reach = torch.eye(allowed.shape[0], dtype=torch.float64)  # (L, L): before any layer
+    for _ in range(depth):
+        reach = ((step @ reach) > 0).double()  # (L, L)
+    return reach.bool()
+
+
+def predicted_accuracy(reach_row: Tensor, topic_span: int) -> float:
+    """Accuracy of a model that uses every topic its read-out can reach and guesses (1/2)
+    otherwise: ``1/2 + 1/2 · (share of positions 0 .. topic_span - 1 reached)``."""
+    check_tensor("reach_row", reach_row)
+    topic_span = check_positive_int("topic_span", topic_span)
+    if reach_row.dim() != 1 or reach_row.numel() < topic_span:
+        raise ValueError(
+            f"reach_row must be a (L,) row with L >= topic_span = {topic_span}, got shape "
+            f"{tuple(reach_row.shape)}"
+        )
+    return 0.5 + 0.5 * float(reach_row[:topic_span].float().mean())
+
+
+def assert_c16_paths(
+    rnn: Sequence[int | None],
+    attention: dict[str, Sequence[int | None]],
+    control: Sequence[int | None],
+) -> None:
+    """C16, paths in rounds indexed by distance ``d``: the RNN crosses ``d + 1`` cell
+    applications, every attention model one layer at every distance, and the per-token control
+    (no mixing) has no path from any other token."""
+    assert all(p == d + 1 for d, p in enumerate(rnn)), f"RNN path is not d + 1: {list(rnn)}"
+    for name, paths in attention.items():
+        assert all(p == 1 for p in paths), f"{name}: path is not one layer everywhere: {paths}"
+    assert control[0] == 1 and all(p is None for p in control[1:]), (
+        f"the no-mixing control must reach its own token only, got {list(control)}"
+    )
+
+
+# C19's thresholds, set from the claim before the runs: chance is 1/2; a model "is at chance"
+# when its mean accuracy over seeds is below 0.6, "solves" the task when above 0.9; a run
+# "matches" the prediction from reach when it is within 0.1 of it.
+C19_CHANCE_BELOW = 0.6
+C19_SOLVED_ABOVE = 0.9
+C19_MATCH = 0.1
+
+
+def assert_c19_blind_at_chance(
+    accuracies: dict[str, Sequence[float]], predicted: dict[str, float]
+) -> None:
+    """Every configuration whose read-out cannot reach the topic (predicted 1/2) is at chance
+    on every seed: nothing leaks past the mask."""
+    blind = [name for name, p in predicted.items() if p == 0.5]
+    if not blind:
+        raise ValueError("no configuration is predicted blind: nothing to check")
+    for name in blind:
+        assert max(accuracies[name]) < C19_CHANCE_BELOW, (
+            f"{name} cannot reach the topic yet scored {list(accuracies[name])}"
+        )
+
+
+def c19_reach_verdict(accuracies: dict[str, Sequence[float]], predicted: dict[str, float]) -> str:
+    """``"reproduced"`` when every configuration's mean accuracy over seeds is within
+    :data:`C19_MATCH` of the prediction from its reach; ``"partly"`` when the blind ones are
+    at chance but a configuration that can reach the topic falls short (reach is necessary,
+    not sufficient within the budget); ``"not reproduced"`` when a blind one beats chance."""
+    blind = [n for n, p in predicted.items() if p == 0.5]
+    if any(sum(accuracies[n]) / len(accuracies[n]) >= C19_CHANCE_BELOW for n in blind):
+        return "not reproduced"
+    if all(
+        abs(sum(accuracies[n]) / len(accuracies[n]) - predicted[n]) < C19_MATCH for n in predicted
+    ):
+        return "reproduced"
+    return "partly"
+
+
+def assert_c19_linear_learns_slower(
+    full_solved: Sequence[int | None],
+    linear_solved: Sequence[int | None],
+    linear_accuracy: Sequence[float],
+) -> None:
+    """C19 linear, "optimisation speed, not a ceiling", over seeds: every linear seed solves
+    the task later than every full-attention seed (``None``: not within the budget), and at
+    least one linear seed solves it (accuracy above :data:`C19_SOLVED_ABOVE`)."""
+    never = float("inf")
+    full = [never if s is None else s for s in full_solved]
+    linear = [never if s is None else s for s in linear_solved]
+    assert max(full) < never, f"full attention did not solve every seed: {list(full_solved)}"
+    assert min(linear) > max(full), (
+        f"a linear seed solved as fast as full attention: linear {list(linear_solved)}, full "
+        f"{list(full_solved)}"
+    )
+    assert max(linear_accuracy) > C19_SOLVED_ABOVE, (
+        f"no linear seed learned the task: {list(linear_accuracy)} (a ceiling, not speed)"
+    )
+
+
+class MaskedAttnFn:
+    """``attn_fn``: dense attention (torch's fused kernel) restricted by another variant's
+    may-attend mask, ``variant.allowed(L)``. It computes the same function as the variant's own
+    kernel (``tests/book/test_experiments_ch05.py`` checks the kernels against exactly this),
+    at dense cost: for experiments about *what a pattern can learn*, where the efficient
+    kernel's Python loops would only slow training down. Costs are measured on the kernels."""
+
+    def __init__(self, variant) -> None:
+        if not callable(getattr(variant, "allowed", None)):
+            raise TypeError(
+                f"variant must have an allowed(seq_len) method, got {type(variant).__name__}"
+            )
+        self.variant = variant
+        self._masks: dict[int, Tensor] = {}
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask=None, causal=False) -> Tensor:
+        _no_mask("MaskedAttnFn", mask, causal)
+        n = q.shape[-2]
+        if n not in self._masks:
+            self._masks[n] = self.variant.allowed(n)  # (L, L)
+        allowed = self._masks[n].to(q.device)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+    def allowed(self, seq_len: int) -> Tensor:
+        """The variant's mask ``(L, L)``, bool, ``True`` = may attend."""
+        return self.variant.allowed(seq_len)
+
+    def __repr__(self) -> str:
+        return f"MaskedAttnFn({self.variant!r})"
+
+
+def c19_global_verdict(accuracies: dict[str, Sequence[float]], predicted: dict[str, float]) -> str:
+    """The verdict on "global tokens restore the reach": ``"not reproduced"`` when a blind
+    configuration beats chance (the mask leaks) or no seed of any configuration that can
+    reach the topic beats chance (the remedy gave nothing within the budget);
+    ``"reproduced"`` when every seed of every such configuration solves the task (above
+    :data:`C19_SOLVED_ABOVE`); ``"partly"`` in between."""
+    blind = [n for n, p in predicted.items() if p == 0.5]
+    sighted = [n for n, p in predicted.items() if p > 0.5]
+    if not sighted:
+        raise ValueError("no configuration can reach the topic: nothing to judge")
+    if any(max(accuracies[n]) >= C19_CHANCE_BELOW for n in blind):
+        return "not reproduced"
+    seeds = [a for n in sighted for a in accuracies[n]]
+    if all(a < C19_CHANCE_BELOW for a in seeds):
+        return "not reproduced"
+    if all(a > C19_SOLVED_ABOVE for a in seeds):
+        return "reproduced"
+    return "partly"

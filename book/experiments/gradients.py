@@ -7,20 +7,31 @@ Two measurements used by chapter 1 (why RNNs forget) and chapter 5 (why attentio
   position ``j``, reported against the distance ``t - j``. An RNN multiplies one Jacobian per
   step, so this shrinks geometrically with distance; one attention layer connects every pair
   directly, so it does not.
-- :func:`autograd_path_lengths` and :func:`autograd_depth`: count operations in the autograd
-  graph. The shortest path from an input to an output is how many differentiable steps the
-  gradient crosses (O(n) for an RNN, O(1) for attention); the longest path from the output to
-  any input (the depth) is the critical path: how many steps must run one after another.
+- :func:`path_lengths` and :func:`sequential_depth`: how many *rounds* of a model's mixing
+  operation lie between input ``j`` and output ``t``, measured from values, not from how the
+  code is written. A round applies the model's token-mixing step once, at every position in
+  parallel: one layer of an attention stack (:func:`layer_rounds`), or one application of a
+  recurrent cell to every position's previous state (:func:`recurrence_rounds`, which works
+  for any torch RNN, fused or not, because it calls the module itself one step at a time).
+  The path length from ``j`` to ``t`` is the fewest rounds after which ``∂y_t/∂x_j ≠ 0``
+  (a per-token Jacobian, probed with a random vector): ``t - j + 1`` for an RNN, 1 for one
+  attention layer, and *no path* (``None``) for a model that never mixes tokens. The
+  sequential depth is the most rounds any output needs before it has felt every input: the
+  number of steps that must run one after another, ``n`` for any RNN.
+
+The autograd graph is *not* a measure of dependence: ``torch.stack(tokens)`` creates one node
+linked to every token, so a graph search finds a short "path" from every token to every
+output even when the output depends on one token only. Everything here is measured on values.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from attention._checks import check_float, check_positive_int, check_rank, check_tensor
 
@@ -151,93 +162,172 @@ def gradient_vs_distance(
 
 
 # ------------------------------------------------------------------------------------------
-# Path lengths in the autograd graph
+# Path lengths in rounds of mixing, from per-token Jacobians
 # ------------------------------------------------------------------------------------------
 
-
-def _children(node) -> list:
-    return [child for child, _ in node.next_functions if child is not None]
+Rounds = Callable[[Tensor], Sequence[Tensor]]
 
 
-def _root(output: Tensor, name: str = "output"):
-    check_tensor(name, output)
-    if output.grad_fn is None:
-        raise ValueError(
-            f"{name} must be the result of differentiable operations on inputs that require "
-            f"grad (it has no grad_fn)"
-        )
-    return output.grad_fn
+def layer_rounds(layers: Sequence[Callable[[Tensor], Tensor]]) -> Rounds:
+    """Rounds of a stack: ``x -> [f_1(x), f_2(f_1(x)), ...]``, one round per layer.
 
-
-def autograd_path_lengths(output: Tensor, inputs: Sequence[Tensor]) -> list[int | None]:
-    """Fewest operations between each input and ``output`` in the autograd graph.
-
-    ``inputs`` must be leaf tensors that require grad (e.g. one ``(B, D)`` leaf per token, fed
-    to the model one by one). The length counts differentiable operations: ``y = x * 2`` gives
-    1, ``y = (x * 2).sum()`` gives 2. ``None`` means the output does not depend on that input.
-
-    The graph is structural: ``torch.stack(states)[-1]`` keeps an edge to *every* stacked
-    state (their gradient is zero, but the edge exists), so take ``output`` from where it is
-    computed (the final state of a loop, say) rather than from a slice of a stacked result.
+    Each ``f_k`` maps ``(B, L, D) -> (B, L, D')``; a layer needs the whole output of the one
+    before it, and computes all positions at once.
     """
-    root = _root(output)
-    targets: dict[int, int] = {}
-    for idx, t in enumerate(inputs):
-        check_tensor(f"inputs[{idx}]", t)
-        if not (t.is_leaf and t.requires_grad):
+    layers = list(layers)
+    if not layers or not all(callable(f) for f in layers):
+        raise TypeError(f"layers must be a non-empty sequence of callables, got {layers!r}")
+
+    def rounds(x: Tensor) -> list[Tensor]:
+        outs = []
+        for f in layers:
+            x = f(x)  # (B, L, D')
+            outs.append(x)
+        return outs
+
+    return rounds
+
+
+_RNN_MODULES = (nn.RNN, nn.GRU, nn.LSTM)
+_RNN_CELLS = (nn.RNNCell, nn.GRUCell, nn.LSTMCell)
+
+
+def _step_of(rnn: nn.Module):
+    """``(step, state_shapes)``: ``step(x (N, D), state) -> (out (N, H), state)`` with state a
+    tuple of ``(N, *shape)`` tensors, calling ``rnn`` itself on one time step."""
+    if isinstance(rnn, nn.LSTMCell):
+
+        def step(x, state):
+            h, c = rnn(x, state)  # (N, H) each
+            return h, (h, c)
+
+        return step, [(rnn.hidden_size,)] * 2
+    if isinstance(rnn, _RNN_CELLS):
+
+        def step(x, state):
+            h = rnn(x, state[0])  # (N, H)
+            return h, (h,)
+
+        return step, [(rnn.hidden_size,)]
+    if isinstance(rnn, _RNN_MODULES):
+        if rnn.bidirectional:
+            raise ValueError("rnn must be unidirectional: a bidirectional RNN reads both ways")
+        if getattr(rnn, "proj_size", 0):
+            raise ValueError(f"rnn must have proj_size=0, got {rnn.proj_size}")
+        is_lstm = isinstance(rnn, nn.LSTM)
+        shape = (rnn.num_layers, rnn.hidden_size)
+
+        def step(x, state):
+            s = tuple(t.transpose(0, 1).contiguous() for t in state)  # (layers, N, H) each
+            seq = x.unsqueeze(1) if rnn.batch_first else x.unsqueeze(0)  # one time step
+            out, new = rnn(seq, s if is_lstm else s[0])
+            new = new if isinstance(new, tuple) else (new,)
+            out = out[:, 0] if rnn.batch_first else out[0]  # (N, H)
+            return out, tuple(t.transpose(0, 1) for t in new)  # (N, layers, H) each
+
+        return step, [shape] * (2 if is_lstm else 1)
+    raise TypeError(
+        f"rnn must be a torch RNN module or cell (nn.RNN, nn.GRU, nn.LSTM, nn.RNNCell, "
+        f"nn.GRUCell, nn.LSTMCell), got {type(rnn).__name__}"
+    )
+
+
+def recurrence_rounds(rnn: nn.Module, n_rounds: int | None = None) -> Rounds:
+    """Rounds of a recurrent network, computed in parallel over positions (Jacobi iteration).
+
+    Round ``k`` applies the network's own step, at every position ``t`` at once, to the input
+    ``x_t`` and to the state position ``t - 1`` had after round ``k - 1`` (zeros before
+    position 0 and before round 1). After round ``k`` the outputs at positions ``0 .. k - 1``
+    are exact; after ``L`` rounds the whole output equals ``rnn(x)``: a recurrence needs ``L``
+    rounds however it is implemented, fused (``nn.LSTM``) or a Python loop (``nn.LSTMCell``).
+    Returns ``x (B, L, D) -> [y (B, L, H) after each round]``, ``n_rounds`` rounds (default
+    ``L``). The step is the module called on one time step, so its weights are the module's.
+    """
+    step, shapes = _step_of(rnn)
+    if n_rounds is not None:
+        n_rounds = check_positive_int("n_rounds", n_rounds)
+
+    def rounds(x: Tensor) -> list[Tensor]:
+        check_float("x", x)
+        check_rank("x", x, 3, "[batch, seq, dim]")
+        b, l, d = x.shape
+        flat = x.reshape(b * l, d)  # (B·L, D): every position is one row of the step's batch
+        state = tuple(x.new_zeros(b * l, *shape) for shape in shapes)
+        outs = []
+        for _ in range(l if n_rounds is None else n_rounds):
+            prev = []
+            for s in state:  # position t gets the state of position t - 1; position 0 zeros
+                s = s.reshape(b, l, *s.shape[1:])  # (B, L, ...)
+                s = torch.cat([torch.zeros_like(s[:, :1]), s[:, :-1]], 1)  # shifted by one
+                prev.append(s.reshape(b * l, *s.shape[2:]))
+            out, state = step(flat, tuple(prev))
+            outs.append(out.reshape(b, l, -1))  # (B, L, H)
+        return outs
+
+    return rounds
+
+
+def path_lengths(
+    rounds: Rounds,
+    x: Tensor,
+    *,
+    position: int = -1,
+    generator: torch.Generator | None = None,
+) -> list[int | None]:
+    """Fewest rounds after which output ``position`` depends on each input position.
+
+    ``rounds(x)`` returns the model's outputs ``(B, L, D_out)`` after rounds ``1, 2, ...``
+    (:func:`layer_rounds`, :func:`recurrence_rounds`). Entry ``j`` of the result is the
+    smallest ``k`` with ``∂y^(k)_t / ∂x_j ≠ 0`` — measured: the gradient of ``u · y^(k)_t``
+    for a random Gaussian ``u`` (zero for a non-zero Jacobian block with probability 0) — or
+    ``None`` if no round makes ``y_t`` depend on ``x_j``: no path. Measure in float64, where a
+    real but tiny dependence (an RNN's, after hundreds of steps) does not underflow to 0.
+    """
+    if not callable(rounds):
+        raise TypeError(f"rounds must be callable (x -> outputs per round), got {rounds!r}")
+    check_float("x", x)
+    check_rank("x", x, 3, "[batch, seq, dim]")
+    b, l, _ = x.shape
+    if isinstance(position, bool) or not isinstance(position, int):
+        raise TypeError(f"position must be an int, got {type(position).__name__}")
+    if not -l <= position < l:
+        raise ValueError(f"position must be in [-{l}, {l}) for a sequence of {l}, got {position}")
+    t = position % l
+    leaf = x.detach().clone().requires_grad_(True)  # (B, L, D)
+    outs = list(rounds(leaf))
+    if not outs:
+        raise ValueError("rounds(x) must return at least one output, got none")
+    found: list[int | None] = [None] * l
+    for k, y in enumerate(outs, start=1):
+        check_tensor(f"rounds(x)[{k - 1}]", y)
+        if y.dim() != 3 or tuple(y.shape[:2]) != (b, l):
             raise ValueError(
-                f"inputs[{idx}] must be a leaf tensor that requires grad (create it with "
-                f"requires_grad=True and feed it to the model), got is_leaf={t.is_leaf}, "
-                f"requires_grad={t.requires_grad}"
+                f"rounds(x)[{k - 1}] must have shape (B, L, D_out) = ({b}, {l}, D_out), got "
+                f"{tuple(y.shape)}"
             )
-        targets[id(t)] = idx
-    found: list[int | None] = [None] * len(targets)
-    # Breadth-first search: the first time a leaf's AccumulateGrad node is reached, the number
-    # of edges walked is the number of operations on the shortest path.
-    seen = {root}
-    queue = deque([(root, 0)])
-    while queue:
-        node, dist = queue.popleft()
-        variable = getattr(node, "variable", None)
-        if variable is not None and id(variable) in targets:
-            found[targets[id(variable)]] = dist
-        for child in _children(node):
-            if child not in seen:
-                seen.add(child)
-                queue.append((child, dist + 1))
+        if not y.requires_grad:
+            continue  # depends on no input at all
+        u = torch.randn(y[:, t].shape, generator=generator, dtype=y.dtype).to(y.device)
+        (grad,) = torch.autograd.grad(
+            (y[:, t] * u).sum(), leaf, retain_graph=k < len(outs), allow_unused=True
+        )
+        if grad is None:
+            continue
+        reached = (grad != 0).flatten(2).any(-1).any(0)  # (L,)
+        for j in torch.nonzero(reached).flatten().tolist():
+            if found[j] is None:
+                found[j] = k
     return found
 
 
-def autograd_depth(output: Tensor) -> int:
-    """The longest chain of operations in ``output``'s autograd graph (its critical path).
+def sequential_depth(rounds: Rounds, x: Tensor, *, generator: torch.Generator | None = None) -> int:
+    """Rounds before the last output has felt every input it ever depends on.
 
-    Each operation needs the results of the ones below it, so no amount of parallel hardware
-    can compute ``output`` in fewer than ``depth`` sequential steps. ``y = x * 2`` has depth 1;
-    an RNN unrolled over ``n`` steps has depth proportional to ``n``; one attention layer has
-    the same depth at every length.
+    The largest entry of :func:`path_lengths` at the last position: the number of steps that
+    must run one after another, because round ``k`` needs round ``k - 1``'s result. ``L`` for
+    any recurrent network over ``L`` tokens, the number of layers (or fewer) for attention.
     """
-    root = _root(output)
-    # Topological order from the root (iterative: an unrolled RNN is thousands of nodes deep),
-    # then the longest distance from the root by dynamic programming.
-    order, visited, stack = [], set(), [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:  # every child is finished: the node goes after them
-            order.append(node)
-            continue
-        if node in visited:
-            continue
-        visited.add(node)
-        stack.append((node, True))
-        stack.extend((child, False) for child in _children(node) if child not in visited)
-    longest = {node: 0 for node in order}
-    for node in reversed(order):  # parents before children
-        for child in _children(node):
-            longest[child] = max(longest[child], longest[node] + 1)
-    # Leaves (AccumulateGrad, or nodes with no inputs) end the chains; count operations only.
-    ends = [
-        longest[n] if getattr(n, "variable", None) is not None else longest[n] + 1
-        for n in order
-        if not _children(n)
-    ]
-    return max(ends)
+    lengths = [p for p in path_lengths(rounds, x, generator=generator) if p is not None]
+    if not lengths:
+        raise ValueError("the last output depends on no input: no depth to measure")
+    return max(lengths)

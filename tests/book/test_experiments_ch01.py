@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 from torch import nn
 
 from book.experiments.ch01 import (
+    C3_USES_SIGNAL,
     LSTMClassifier,
+    assert_c2_depth_grows_with_n,
+    assert_c3_attention_and_control_solve,
+    assert_c4_paths,
+    c3_verdict,
     signal_batch,
     unrolled_lstm,
 )
@@ -124,16 +129,15 @@ def test_unrolled_lstm_equals_torch_lstm(batch, length, dim):
     torch.testing.assert_close((h, c), (h_n[0], c_n[0]), rtol=1e-12, atol=1e-12)
 
 
-def test_unrolled_lstm_final_state_path_grows_with_distance():
-    """Each token's shortest path to the final state crosses every later step."""
-    from book.experiments.gradients import autograd_path_lengths
+def test_unrolled_lstm_output_depends_on_the_past_only():
+    """Output t of the loop has a non-zero gradient from every input j <= t, none from j > t."""
+    from book.experiments.gradients import gradient_vs_distance
 
-    cell = nn.LSTMCell(3, 4)
-    xs = [torch.randn(1, 3, requires_grad=True) for _ in range(6)]
-    _, (h, _) = unrolled_lstm(cell, xs, return_state=True)
-    paths = autograd_path_lengths(h, xs)
-    gaps = {a - b for a, b in zip(paths[:-2], paths[1:-1], strict=True)}
-    assert len(gaps) == 1 and gaps.pop() > 0  # the same cost per step, all the way back
+    torch.manual_seed(0)
+    cell = nn.LSTMCell(3, 4).double()
+    x = torch.randn(1, 6, 3, dtype=torch.float64, generator=_gen())
+    profile = gradient_vs_distance(lambda z: unrolled_lstm(cell, z), x, position=3)
+    assert (profile.norms[:4] > 0).all() and (profile.norms[4:] == 0).all()
 
 
 def test_unrolled_lstm_rejects_bad_inputs():
@@ -164,3 +168,69 @@ def test_lstm_classifier_rejects_bad_tokens():
         model(torch.randn(2, 7))
     with pytest.raises(ValueError, match="tokens must have 2 dimensions"):
         model(torch.zeros(7, dtype=torch.long))
+
+
+def test_forget_bias_raises_the_forget_gate_in_every_layer_only():
+    torch.manual_seed(0)
+    plain = LSTMClassifier(10, 4, 5, 6, num_layers=2)
+    torch.manual_seed(0)
+    raised = LSTMClassifier(10, 4, 5, 6, num_layers=2, forget_bias=5.0)
+    for layer in range(2):
+        diff = getattr(raised.lstm, f"bias_ih_l{layer}") - getattr(plain.lstm, f"bias_ih_l{layer}")
+        want = torch.zeros(24)
+        want[6:12] = 5.0  # gates (input, forget, cell, output): the second block
+        torch.testing.assert_close(diff.detach(), want)
+    with pytest.raises(TypeError, match="forget_bias must be a number"):
+        LSTMClassifier(10, 4, 5, 6, forget_bias="5")
+
+
+# ------------------------------------------------------------------------------------------
+# The asserting functions fail when their claim is false
+# ------------------------------------------------------------------------------------------
+
+
+def test_c2_assert_passes_on_the_claim_and_fails_on_counter_examples():
+    lengths = [16, 32, 64]
+    assert_c2_depth_grows_with_n(lengths, {"LSTM": lengths}, {"attention": [1, 1, 1]})
+    with pytest.raises(AssertionError, match="not n"):  # a fused LSTM measured as 5 at every n
+        assert_c2_depth_grows_with_n(lengths, {"nn.LSTM": [5, 5, 5]}, {"attention": [1, 1, 1]})
+    with pytest.raises(AssertionError, match="changes with n"):  # attention growing with n
+        assert_c2_depth_grows_with_n(lengths, {"LSTM": lengths}, {"attention": lengths})
+    with pytest.raises(AssertionError, match="not O"):
+        assert_c2_depth_grows_with_n(lengths, {"LSTM": lengths}, {"attention": [9, 9, 9]})
+    with pytest.raises(ValueError, match="at least one"):
+        assert_c2_depth_grows_with_n(lengths, {}, {"attention": [1, 1, 1]})
+
+
+def test_c4_assert_passes_on_the_claim_and_fails_on_counter_examples():
+    rnn, attn, control = [1, 2, 3, 4], [1, 1, 1, 1], [1, None, None, None]
+    assert_c4_paths(rnn, attn, control)
+    with pytest.raises(AssertionError, match="RNN path"):  # an RNN measured as constant
+        assert_c4_paths([7, 7, 7, 7], attn, control)
+    with pytest.raises(AssertionError, match="attention path"):
+        assert_c4_paths(rnn, [1, 2, 3, 4], control)
+    with pytest.raises(AssertionError, match="no-mixing control"):  # what the old count said
+        assert_c4_paths(rnn, attn, [5, 5, 5, 5])
+
+
+def test_c3_assert_fails_when_a_reference_model_fails():
+    assert_c3_attention_and_control_solve([1.0, 0.98, 0.95], [1.0, 1.0, 0.99], 0.8)
+    with pytest.raises(AssertionError, match="attention did not solve"):
+        assert_c3_attention_and_control_solve([1.0, 0.3, 1.0], [1.0, 1.0, 1.0], 0.8)
+    with pytest.raises(AssertionError, match="control LSTM"):
+        assert_c3_attention_and_control_solve([1.0, 1.0, 1.0], [0.25, 1.0, 1.0], 0.8)
+    with pytest.raises(AssertionError, match="on the signal"):
+        assert_c3_attention_and_control_solve([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], 0.1)
+
+
+def test_c3_verdict_follows_the_seeds():
+    chance = [0.25, 0.26, 0.24]
+    assert c3_verdict({"LSTM 32": chance}, {"forget +5": chance}) == "reproduced"
+    # The reported picture: +5 works on two seeds of three.
+    assert c3_verdict({"LSTM 32": chance}, {"forget +5": [0.74, 0.71, 0.26]}) == "partly"
+    # A remedy that works on every seed: a tuning problem after all.
+    assert c3_verdict({"LSTM 32": chance}, {"forget +5": [0.9, 0.8, 0.7]}) == "not reproduced"
+    # A default LSTM that uses the signal: the failure itself is not there.
+    assert c3_verdict({"LSTM 32": [C3_USES_SIGNAL, 0.3, 0.3]}, {}) == "not reproduced"
+    with pytest.raises(ValueError, match="default"):
+        c3_verdict({}, {"forget +5": chance})

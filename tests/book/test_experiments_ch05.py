@@ -19,12 +19,20 @@ from attention.masks import padding_mask
 from book.experiments.ch05 import (
     BigBirdAttnFn,
     LinearAttnFn,
+    MaskedAttnFn,
     SlidingWindowAttnFn,
+    assert_c16_paths,
+    assert_c19_blind_at_chance,
+    assert_c19_linear_learns_slower,
     attention_maps,
+    c19_global_verdict,
+    c19_reach_verdict,
     document_vocab_size,
     fit_power,
     make_qkv,
     measure_cost,
+    predicted_accuracy,
+    reach_after,
     topic_attention,
     topic_documents,
 )
@@ -349,3 +357,95 @@ def test_fit_power_recovers_exponents():
         fit_power([4], [1.0])
     with pytest.raises(ValueError, match="> 0"):
         fit_power([4, 8], [0.0, 1.0])
+
+
+# ------------------------------------------------------------------------------------------
+# Reach after depth, the masked wrapper, and the asserting functions (each must be able to fail)
+# ------------------------------------------------------------------------------------------
+
+
+def test_reach_after_against_a_loop_over_layers():
+    mask = SlidingWindowAttnFn(2, 2).allowed(12)
+    reach = reach_after(mask, 3)
+    for i in range(12):  # a window of ±2, three layers: ±6
+        want = torch.tensor([abs(i - j) <= 6 for j in range(12)])
+        assert torch.equal(reach[i], want)
+    glob = SlidingWindowAttnFn(1, 1, global_positions=(5,)).allowed(12)
+    assert not reach_after(glob, 1)[-1, 0] and bool(reach_after(glob, 2)[-1].all())
+    with pytest.raises(ValueError, match="square bool mask"):
+        reach_after(torch.ones(3, 4, dtype=torch.bool), 1)
+    with pytest.raises(ValueError, match="depth must be >= 1"):
+        reach_after(mask, 0)
+
+
+def test_predicted_accuracy_is_half_plus_half_the_reached_share():
+    row = torch.tensor([True, False, True, False, True, True])
+    assert predicted_accuracy(row, 4) == 0.5 + 0.5 * 0.5
+    assert predicted_accuracy(torch.zeros(6, dtype=torch.bool), 4) == 0.5
+    with pytest.raises(ValueError, match="reach_row must be"):
+        predicted_accuracy(row, 7)
+
+
+@pytest.mark.parametrize("variant", [SlidingWindowAttnFn(3, 1, global_positions=(4,)),
+                                     BigBirdAttnFn(4, n_random=1)])  # fmt: skip
+def test_masked_attn_fn_equals_the_variants_own_kernel(variant):
+    q, k, v = (torch.randn(1, 2, 16, 8, generator=_gen(i)) for i in range(3))
+    torch.testing.assert_close(MaskedAttnFn(variant)(q, k, v), variant(q, k, v), atol=1e-5,
+                               rtol=1e-5)  # fmt: skip
+    assert torch.equal(MaskedAttnFn(variant).allowed(16), variant.allowed(16))
+    with pytest.raises(TypeError, match="allowed"):
+        MaskedAttnFn(lambda q, k, v: q)
+
+
+def test_c16_assert_fails_on_counter_examples():
+    assert_c16_paths([1, 2, 3], {"attention": [1, 1, 1]}, [1, None, None])
+    with pytest.raises(AssertionError, match="RNN path"):
+        assert_c16_paths([7, 7, 7], {"attention": [1, 1, 1]}, [1, None, None])
+    with pytest.raises(AssertionError, match="one layer"):
+        assert_c16_paths([1, 2, 3], {"encoder": [1, 2, 2]}, [1, None, None])
+    with pytest.raises(AssertionError, match="no-mixing control"):  # the autograd-graph count
+        assert_c16_paths([1, 2, 3], {"attention": [1, 1, 1]}, [5, 5, 5])
+
+
+def test_c19_blind_assert_and_reach_verdict_fail_when_the_claim_is_false():
+    predicted = {"blind": 0.5, "sighted": 1.0}
+    good = {"blind": [0.5, 0.52, 0.49], "sighted": [1.0, 0.98, 0.99]}
+    assert_c19_blind_at_chance(good, predicted)
+    assert c19_reach_verdict(good, predicted) == "reproduced"
+    leaky = {"blind": [0.5, 0.9, 0.5], "sighted": [1.0, 1.0, 1.0]}
+    with pytest.raises(AssertionError, match="cannot reach the topic"):
+        assert_c19_blind_at_chance(leaky, predicted)
+    # Reach without learning: the deep model stays at chance on some seeds.
+    assert c19_reach_verdict({"blind": [0.5], "sighted": [1.0, 0.5, 0.5]}, predicted) == "partly"
+    assert c19_reach_verdict({"blind": [0.8], "sighted": [1.0]}, predicted) == "not reproduced"
+    with pytest.raises(ValueError, match="predicted blind"):
+        assert_c19_blind_at_chance(good, {"sighted": 1.0})
+
+
+def test_c19_linear_assert_fails_when_linear_is_as_fast_or_never_learns():
+    assert_c19_linear_learns_slower([40, 50, 60], [90, None, 120], [1.0, 0.5, 1.0])
+    with pytest.raises(AssertionError, match="as fast as full"):
+        assert_c19_linear_learns_slower([40, 50, 60], [55, 120, 130], [1.0, 1.0, 1.0])
+    with pytest.raises(AssertionError, match="a ceiling"):
+        assert_c19_linear_learns_slower([40, 50, 60], [None, None, None], [0.5, 0.55, 0.6])
+    with pytest.raises(AssertionError, match="full attention did not solve"):
+        assert_c19_linear_learns_slower([40, None, 60], [90, 100, 110], [1.0, 1.0, 1.0])
+
+
+def test_c19_global_verdict_follows_the_seeds():
+    predicted = {"1 layer": 0.5, "2 layers": 1.0}
+    assert c19_global_verdict({"1 layer": [0.5], "2 layers": [1.0, 0.99, 0.95]}, predicted) == (
+        "reproduced"
+    )
+    assert c19_global_verdict({"1 layer": [0.5], "2 layers": [1.0, 0.5, 0.5]}, predicted) == (
+        "partly"
+    )
+    # What chapter 5 measured: the relay was never learned within the budget.
+    assert c19_global_verdict({"1 layer": [0.5], "2 layers": [0.46, 0.52, 0.5]}, predicted) == (
+        "not reproduced"
+    )
+    assert c19_global_verdict({"1 layer": [0.9], "2 layers": [1.0]}, predicted) == (
+        "not reproduced"
+    )
+    with pytest.raises(ValueError, match="nothing to judge"):
+        c19_global_verdict({"1 layer": [0.5]}, {"1 layer": 0.5})

@@ -1,11 +1,11 @@
 """book.experiments.gradients against independent references: torch.autograd.functional's
-full Jacobian, the closed form of a linear recurrence, and a depth/shortest-path computed on a
-random computation DAG recorded while it is built."""
+full Jacobian, the closed form of a linear recurrence; the rounds of a recurrence against the
+modules' own full-sequence outputs, and path lengths against models whose dependence is known
+(an RNN, attention, a per-token control that mixes nothing)."""
 
 from __future__ import annotations
 
 import math
-from collections import deque
 
 import pytest
 import torch
@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 from torch import nn
 
 from book.experiments.gradients import (
-    autograd_depth,
-    autograd_path_lengths,
     gradient_vs_distance,
+    layer_rounds,
+    path_lengths,
+    recurrence_rounds,
+    sequential_depth,
 )
 
 FAST = settings(max_examples=25, deadline=None)
@@ -171,79 +173,109 @@ def test_gradient_vs_distance_rejects_bad_inputs():
 
 
 # ------------------------------------------------------------------------------------------
-# autograd_path_lengths / autograd_depth
+# path_lengths / sequential_depth / recurrence_rounds / layer_rounds
 # ------------------------------------------------------------------------------------------
 
 
-@FAST
-@given(n_ops=st.integers(1, 30))
-def test_chain_of_operations(n_ops):
-    x = torch.randn(3, requires_grad=True)
-    y = x
-    for i in range(n_ops):
-        y = y * 1.5 if i % 2 else y + 1.0
-    assert autograd_depth(y) == n_ops
-    assert autograd_path_lengths(y, [x]) == [n_ops]
+def _rnn_modules(d: int, h: int):
+    torch.manual_seed(0)
+    return {
+        "LSTMCell": nn.LSTMCell(d, h),
+        "GRUCell": nn.GRUCell(d, h),
+        "RNNCell": nn.RNNCell(d, h),
+        "LSTM": nn.LSTM(d, h, batch_first=True),
+        "GRU": nn.GRU(d, h),
+        "RNN x2": nn.RNN(d, h, num_layers=2, batch_first=True),
+    }
 
 
-@FAST
-@given(data=st.data(), n_leaves=st.integers(1, 4), n_ops=st.integers(1, 25))
-def test_random_dag_matches_recorded_structure(data, n_leaves, n_ops):
-    """Build a random DAG of binary ops, record its edges, and compare with plain BFS/DP."""
-    leaves = [torch.randn(2, requires_grad=True) for _ in range(n_leaves)]
-    values = list(leaves)
-    parents: list[tuple[int, ...]] = [()] * n_leaves  # node index -> parent node indices
-    for _ in range(n_ops):
-        a = data.draw(st.integers(0, len(values) - 1))
-        b = data.draw(st.integers(0, len(values) - 1))
-        op = data.draw(st.sampled_from(["add", "mul"]))
-        values.append(values[a] + values[b] if op == "add" else values[a] * values[b])
-        parents.append((a, b))
-    root = len(values) - 1  # n_ops >= 1: the root is an op
-    # Reference depth: longest chain of ops down to a leaf.
-    depth = [0] * len(values)
-    for node in range(n_leaves, len(values)):
-        depth[node] = 1 + max(depth[p] for p in parents[node])
-    # Reference shortest path from the root to every node (edges = ops crossed).
-    dist = {root: 0}
-    queue = deque([root])
-    while queue:
-        node = queue.popleft()
-        for p in parents[node]:
-            if p not in dist:
-                dist[p] = dist[node] + 1
-                queue.append(p)
-    assert autograd_depth(values[root]) == depth[root]
-    assert autograd_path_lengths(values[root], leaves) == [dist.get(i) for i in range(n_leaves)]
+def _reference_outputs(rnn, x):
+    """The module's own full-sequence output (cells: a plain loop)."""
+    if isinstance(rnn, (nn.LSTMCell, nn.GRUCell, nn.RNNCell)):
+        h = x.new_zeros(x.shape[0], rnn.hidden_size)
+        state, outs = ((h, h) if isinstance(rnn, nn.LSTMCell) else h), []
+        for x_t in x.unbind(1):
+            state = rnn(x_t, state)
+            outs.append(state[0] if isinstance(state, tuple) else state)
+        return torch.stack(outs, 1)
+    if rnn.batch_first:
+        return rnn(x)[0]
+    return rnn(x.transpose(0, 1))[0].transpose(0, 1)
 
 
-def test_unrolled_rnn_paths_grow_by_a_constant_per_step_and_attention_paths_do_not():
+@pytest.mark.parametrize("name", list(_rnn_modules(3, 4)))
+def test_recurrence_rounds_end_at_the_modules_own_output(name):
+    rnn = _rnn_modules(3, 4)[name].double()
+    x = torch.randn(2, 7, 3, dtype=torch.float64, generator=_gen())
+    outs = recurrence_rounds(rnn)(x)
+    assert len(outs) == 7
+    want = _reference_outputs(rnn, x)
+    torch.testing.assert_close(outs[-1], want, rtol=1e-10, atol=1e-12)
+    for k, y in enumerate(outs, start=1):  # after round k, positions 0 .. k-1 are exact
+        torch.testing.assert_close(y[:, :k], want[:, :k], rtol=1e-10, atol=1e-12)
+        if k < 7:
+            assert not torch.allclose(y[:, k:], want[:, k:])
+
+
+@pytest.mark.parametrize("name", list(_rnn_modules(3, 4)))
+def test_rnn_path_is_distance_plus_one_and_depth_is_n(name):
+    rnn = _rnn_modules(3, 4)[name].double()
+    x = torch.randn(1, 9, 3, dtype=torch.float64, generator=_gen(1))
+    paths = path_lengths(recurrence_rounds(rnn), x, generator=_gen(2))
+    assert paths == [9 - j for j in range(9)]  # j -> t = 8: t - j + 1 rounds
+    mid = path_lengths(recurrence_rounds(rnn), x, position=4, generator=_gen(2))
+    assert mid == [5 - j for j in range(5)] + [None] * 4  # causal: the future never reaches
+    assert sequential_depth(recurrence_rounds(rnn), x, generator=_gen(3)) == 9
+
+
+def test_attention_paths_are_one_layer_and_a_per_token_model_has_no_path():
     from attention.heads import MultiHeadAttention
 
     torch.manual_seed(0)
-    cell = nn.RNNCell(4, 4)
-    mha = MultiHeadAttention(4, 2)
-    xs = [torch.randn(2, 4, requires_grad=True) for _ in range(12)]
-    h = torch.zeros(2, 4)
-    for x_t in xs:
-        h = cell(x_t, h)
-    rnn_paths = autograd_path_lengths(h, xs)
-    steps = {a - b for a, b in zip(rnn_paths, rnn_paths[1:], strict=False)}
-    assert len(steps) == 1 and steps.pop() > 0  # linear in the distance
-    y = mha(torch.stack(xs, 1))[:, -1]  # (B, D): the last position's output
-    attn_paths = autograd_path_lengths(y, xs)
-    assert len(set(attn_paths)) == 1  # the same for every distance
+    x = torch.randn(2, 10, 4, dtype=torch.float64, generator=_gen())
+    mha = MultiHeadAttention(4, 2).double()
+    assert path_lengths(layer_rounds([mha]), x) == [1] * 10
+    assert path_lengths(layer_rounds([mha, mha]), x) == [1] * 10  # reached after the first
+    assert sequential_depth(layer_rounds([mha]), x) == 1
+    linear = nn.Linear(4, 4).double()  # per token: mixes nothing
+    control = path_lengths(layer_rounds([linear, torch.tanh, linear]), x, position=3)
+    assert control == [None, None, None, 1] + [None] * 6
+    # A stack is only as mixing as its mixing layer: Linear after attention reaches all.
+    assert path_lengths(layer_rounds([linear, mha]), x) == [2] * 9 + [1]
+    # ...while torch.stack of per-token leaves (what fooled the autograd-graph count) does not.
+    assert path_lengths(lambda z: [torch.stack([linear(t) for t in z.unbind(1)], 1)], x) == (
+        [None] * 9 + [1]
+    )
+
+
+def test_a_recurrence_whose_step_ignores_its_state_has_depth_one():
+    """A control for the depth: a 'cell' with no recurrent weights is not sequential."""
+    torch.manual_seed(0)
+    cell = nn.RNNCell(3, 4).double()
+    with torch.no_grad():
+        cell.weight_hh.zero_()
+    x = torch.randn(1, 6, 3, dtype=torch.float64, generator=_gen())
+    assert path_lengths(recurrence_rounds(cell), x) == [None] * 5 + [1]
+    assert sequential_depth(recurrence_rounds(cell), x) == 1
 
 
 def test_path_helpers_reject_bad_inputs():
-    x = torch.randn(3, requires_grad=True)
-    y = (x * 2).sum()
-    assert autograd_path_lengths(y, [torch.randn(3, requires_grad=True)]) == [None]
-    with pytest.raises(ValueError, match=r"inputs\[0\] must be a leaf"):
-        autograd_path_lengths(y, [x * 2])
-    with pytest.raises(ValueError, match=r"inputs\[0\] must be a leaf"):
-        autograd_path_lengths(y, [torch.randn(3)])
-    with pytest.raises(ValueError, match="no grad_fn"):
-        autograd_depth(torch.randn(3))
-    with pytest.raises(TypeError, match="output must be a torch.Tensor"):
-        autograd_depth([1.0])
+    x = torch.randn(1, 4, 3, dtype=torch.float64)
+    with pytest.raises(TypeError, match="rnn must be a torch RNN"):
+        recurrence_rounds(nn.Linear(3, 3))
+    with pytest.raises(ValueError, match="unidirectional"):
+        recurrence_rounds(nn.GRU(3, 3, bidirectional=True))
+    with pytest.raises(ValueError, match="n_rounds must be >= 1"):
+        recurrence_rounds(nn.GRUCell(3, 3), n_rounds=0)
+    with pytest.raises(TypeError, match="layers must be a non-empty"):
+        layer_rounds([])
+    with pytest.raises(TypeError, match="rounds must be callable"):
+        path_lengths("rounds", x)
+    with pytest.raises(ValueError, match="position must be in"):
+        path_lengths(layer_rounds([torch.tanh]), x, position=4)
+    with pytest.raises(ValueError, match=r"must have shape \(B, L, D_out\)"):
+        path_lengths(lambda z: [z[:, 0]], x)
+    with pytest.raises(ValueError, match="at least one output"):
+        path_lengths(lambda z: [], x)
+    with pytest.raises(ValueError, match="depends on no input"):
+        sequential_depth(lambda z: [torch.zeros_like(z)], x)

@@ -833,7 +833,7 @@ print("C26 holds (LSTM or TCN as good as, or steadier than, the Transformer):", 
 # Series by series:
 #
 # - **Synthetic: the claim holds.** The TCN (0.0131) and the LSTM (0.0137) both beat the plain
-#   Transformer (0.0153), and both are steadier (seed ranges 0.0012 and 0.0017 against 0.0037).
+#   Transformer (0.0153), and both are steadier (seed ranges 0.0012 and 0.0017 against 0.0036).
 #   Best of all is DLinear, 0.0121, not far above the noise floor of 0.0091.
 # - **CO₂: the claim fails.** Here the plain Transformer is the best trained model, 0.0039,
 #   and also the steadiest (range 0.0005). The tuned LSTM comes second, 0.0045, but that is

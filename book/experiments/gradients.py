@@ -89,6 +89,17 @@ class GradientProfile:
         return math.exp(float(slope))
 
 
+def _position_index(position: int, length: int) -> int:
+    """``position`` (negative counts from the end) as an index into a sequence of ``length``."""
+    if isinstance(position, bool) or not isinstance(position, int):
+        raise TypeError(f"position must be an int, got {type(position).__name__}")
+    if not -length <= position < length:
+        raise ValueError(
+            f"position must be in [-{length}, {length}) for a sequence of {length}, got {position}"
+        )
+    return position % length
+
+
 def gradient_vs_distance(
     fn: Callable[[Tensor], Tensor],
     x: Tensor,
@@ -118,11 +129,7 @@ def gradient_vs_distance(
     check_float("x", x)
     check_rank("x", x, 3, "[batch, seq, dim]")
     b, l, _ = x.shape
-    if isinstance(position, bool) or not isinstance(position, int):
-        raise TypeError(f"position must be an int, got {type(position).__name__}")
-    if not -l <= position < l:
-        raise ValueError(f"position must be in [-{l}, {l}) for a sequence of {l}, got {position}")
-    t = position % l
+    t = _position_index(position, l)
     if n_probes is not None:
         n_probes = check_positive_int("n_probes", n_probes)
 
@@ -288,11 +295,7 @@ def path_lengths(
     check_float("x", x)
     check_rank("x", x, 3, "[batch, seq, dim]")
     b, l, _ = x.shape
-    if isinstance(position, bool) or not isinstance(position, int):
-        raise TypeError(f"position must be an int, got {type(position).__name__}")
-    if not -l <= position < l:
-        raise ValueError(f"position must be in [-{l}, {l}) for a sequence of {l}, got {position}")
-    t = position % l
+    t = _position_index(position, l)
     leaf = x.detach().clone().requires_grad_(True)  # (B, L, D)
     outs = list(rounds(leaf))
     if not outs:

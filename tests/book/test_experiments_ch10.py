@@ -421,9 +421,14 @@ def test_assert_guide_backed():
 
 def test_assert_depends_on_task():
     here = {"window ±4": [0.93, 0.92], "full": [0.92, 0.92]}
-    assert_depends_on_task(here, evidence("C19 window"), tolerance=0.02)
-    with pytest.raises(AssertionError, match="C19 window was not reproduced"):
-        assert_depends_on_task(here, evidence("C19 window", "partly"), tolerance=0.02)
+    failed = "L=128, 1 layer: accuracy 0.50 (reach 0%) vs 1.00 full; window ±12, 3 layers: 0.49"
+    assert_depends_on_task(here, evidence("C19 window", "partly", failed), tolerance=0.02)
+    # The window nearly matched full attention on the other task too: the claim is false.
+    held = "L=128, 1 layer: accuracy 0.90 (reach 0%) vs 1.00 full"
+    with pytest.raises(AssertionError, match="less than 0.25 below"):
+        assert_depends_on_task(here, evidence("C19 window", "reproduced", held), tolerance=0.02)
+    with pytest.raises(AssertionError, match="records no"):
+        assert_depends_on_task(here, evidence("C19 window"), tolerance=0.02)
     worse = {"window ±4": [0.80, 0.81], "full": [0.92, 0.92]}
     with pytest.raises(AssertionError, match="window ±4 loses"):
-        assert_depends_on_task(worse, evidence("C19 window"), tolerance=0.02)
+        assert_depends_on_task(worse, evidence("C19 window", "partly", failed), tolerance=0.02)

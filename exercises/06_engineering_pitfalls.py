@@ -121,6 +121,3 @@ def kv_cache_bytes(num_layers, batch, num_heads, num_kv_heads, head_dim, seq_len
 
 # %%
 check("06.5", kv_cache_bytes)
-
-# %%
-print(kv_cache_bytes(24, 8, 16, 4, 64, 2048, 2) / 2**20, "MiB")

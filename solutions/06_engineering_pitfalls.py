@@ -147,5 +147,5 @@ check("06.5", kv_cache_bytes)
 # sequences of 2048 tokens in float16 needs `kv_cache_bytes(24, 8, 16, 4, 64, 2048, 2)` bytes
 # — a quarter of what the same model with full multi-head attention would hold.
 
-# %%
+# %% tags=["solution_only"]
 print(kv_cache_bytes(24, 8, 16, 4, 64, 2048, 2) / 2**20, "MiB")

@@ -11,6 +11,7 @@ any external script, style sheet, font or image).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 project = "Attention, tested"
@@ -28,6 +29,12 @@ myst_heading_anchors = 3
 nb_execution_mode = "off"  # the stored outputs are the book
 nb_merge_streams = True
 suppress_warnings = ["myst.header"]  # chapters may skip a heading level
+# The claims table's machine-readable copy (read back by book.claims_index) is not for readers:
+# the page shows its Markdown form. myst-nb's Sphinx reader renders every type of a bundle before
+# choosing, and warns for the ones it cannot render; the book's only such type is that copy
+# (suppressing hides any other unknown type too; the book emits none).
+nb_mime_priority_overrides = [("*", "application/vnd.attention-book.claims+json", None)]
+suppress_warnings.append("mystnb.unknown_mime_type")
 
 html_theme = "sphinx_book_theme"
 html_title = project
@@ -57,9 +64,17 @@ CLAIMS = "chapters/README"
 CLAIMS_TOC = "\n\n```{toctree}\n:caption: Claims\n:maxdepth: 1\n\n/" + CLAIMS + "\n```\n"
 
 
+# The claims index links each claim to its section as JupyterLab and GitHub name it
+# (``05_long_range.ipynb#5.5-Remedies,-…-(C19)``); Sphinx names sections otherwise, so in the
+# book each link goes to the chapter's page.
+SECTION_LINK = re.compile(r"(\]\(\d\d_[\w\-]+\.ipynb)#[^\s|]*\)(?=\s*\|)")
+
+
 def _add_claims_index(app, docname, source) -> None:
     if docname == root_doc and (Path(app.srcdir) / f"{CLAIMS}.md").exists():
         source[0] += CLAIMS_TOC
+    if docname == CLAIMS:
+        source[0] = SECTION_LINK.sub(r"\1)", source[0])
 
 
 def _write_redirect(app, exception) -> None:

@@ -99,10 +99,11 @@ def _query_block_forward(
             s.masked_fill_(blocked, float("-inf"))
         grow = s.amax(dim=-1, keepdim=True)  # (BH, nq, 1) how far the max moved
         # One decision for the whole tile (rare after the first tiles; rescaling a row whose
-        # max did not move is a no-op). ``any(grow > T)`` ignores NaN rows, where
-        # ``max(grow) > T`` would be False for every row once one row is NaN, and the clean
-        # rows of other heads or batch elements would overflow in exp2.
-        if bool((grow > RESCALE_THRESHOLD).any()):
+        # max did not move is a no-op). Written ``not max <= T`` so that a NaN row (whose max
+        # is NaN) makes it rescale: ``max > T`` would be False for every row once one row is
+        # NaN, and the clean rows of other heads or batch elements would overflow in exp2.
+        # One reduction and one sync per tile, as many as the NaN-unsafe test.
+        if not float(grow.max()) <= RESCALE_THRESHOLD:
             grow.clamp_(min=0.0)
             s.sub_(grow)
             neg_max.sub_(grow)

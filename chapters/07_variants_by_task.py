@@ -600,7 +600,7 @@ ax = plot_bar_spread(
     reference=(1 / N_COLOURS, "chance (1 of 4 colours)"),
 )
 ax.set_ybound(0, 1.45)
-ax.legend(loc="upper left", ncol=2)
+legend = ax.legend(loc="upper left", ncol=2)
 
 # %%
 ch07.assert_c25_shift_decides(

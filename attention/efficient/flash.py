@@ -136,7 +136,7 @@ def _tiled_forward(
     bh, n_queries, _ = q2.shape
     n_keys, dim_v = v.shape[1], v.shape[2]
     first = first_query(n_queries, shift)
-    if n_keys == 0 or first == n_queries:
+    if bh == 0 or n_keys == 0 or first == n_queries:  # nothing to compute
         return
     masks = TileMasks(shift, q2.device)
     k_t = k.transpose(1, 2)  # (BH, E, Lk): a view; BLAS reads it transposed
@@ -183,7 +183,7 @@ def _tiled_backward(
     bh, n_queries, _ = q2.shape
     n_keys = k.shape[1]
     first = first_query(n_queries, shift)
-    if n_keys == 0 or first == n_queries:
+    if bh == 0 or n_keys == 0 or first == n_queries:  # nothing to compute
         return
     # D_i = rowsum(dO ∘ O) = Σ_j P_ij dP_ij, so that dS = P ∘ (dP - D). A gradient flowing
     # into lse adds P ∘ d_lse to dS (d lse / d S = P): fold it into D.

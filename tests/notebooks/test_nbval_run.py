@@ -1,10 +1,11 @@
 """``make test-notebooks`` machinery: nbval with the repository's conftest.py plugin and
-sanitizers, on toy notebooks in a temporary book (one pytest run, three kernels).
+sanitizers, on toy notebooks in a temporary book (one pytest run, four kernels).
 
 - a solution's ``check(...)`` cell is compared with its stored "✓" line even in --nbval-lax
   mode, so a solution that stops passing fails the run;
 - exercise notebooks (no stored outputs) are only checked for errors;
-- cells tagged NBVAL_CHECK_OUTPUT are compared after sanitizing (memory addresses, ...);
+- cells tagged nbval-check-output (nbval's own spelling of the tag) are compared after
+  sanitizing (memory addresses, ...);
 - the run ends with each notebook's execution time and the total.
 """
 
@@ -30,7 +31,7 @@ def _(candidate):
     expect_equal("double(3)", candidate(3), 6)
 
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 print(object(), 2 + 2)
 
 # %%
@@ -50,14 +51,14 @@ STORED = {  # cell index -> the stream output stored by a good run
 }
 
 
-def stored_solution(path, answer: str):
+def stored_solution(path, answer: str, stored: dict[int, str] = STORED):
     """A solution notebook as `make execute` would store it (outputs of a passing run)."""
     path.with_suffix(".py").write_text(SOLUTION.format(answer=answer))
     nb = prepare_for_execution(read_py(path.with_suffix(".py")))
     code = [c for c in nb.cells if c.cell_type == "code"]
     for n, cell in enumerate(code, start=1):
         cell.execution_count = n
-    for i, text in STORED.items():
+    for i, text in stored.items():
         code[i].outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
     write_ipynb(nb, path)
 
@@ -70,6 +71,10 @@ def test_nbval_run_compares_solution_checks_sanitizes_and_reports_times(tmp_path
     bad = tmp_path / "solutions" / "93_bad.ipynb"
     stored_solution(good, "2 * x")
     stored_solution(bad, "3 * x")  # stored output says ✓, a fresh run says ✗
+    # A tagged cell whose stored output a fresh run does not reproduce (nbval reads the tag
+    # only in its own spelling, nbval-check-output: an upper-case tag was silently ignored).
+    stale = tmp_path / "solutions" / "93_stale.ipynb"
+    stored_solution(stale, "2 * x", STORED | {1: "<object object at 0x7f0123456789> 5\n"})
     exercise = write_exercise(good.with_suffix(".py"), tmp_path / "exercises")
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     cmd = [
@@ -92,13 +97,17 @@ def test_nbval_run_compares_solution_checks_sanitizes_and_reports_times(tmp_path
         str(REPO / "book" / "notebooks" / "nbval_sanitize.cfg"),
         "solutions/93_good.ipynb",
         "solutions/93_bad.ipynb",
+        "solutions/93_stale.ipynb",
         f"exercises/{exercise.stem}.ipynb",
     ]
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170)
     out = run.stdout + run.stderr
     failed = [line.split(" - ")[0] for line in out.splitlines() if line.startswith("FAILED ")]
-    assert failed == ["FAILED solutions/93_bad.ipynb::Cell 3"], out
+    assert failed == [
+        "FAILED solutions/93_bad.ipynb::Cell 3",
+        "FAILED solutions/93_stale.ipynb::Cell 1",
+    ], out
     assert run.returncode == 1, out
     assert "notebook execution times" in out
     times = {line.split()[0] for line in out.splitlines() if line.strip().endswith(" s")}

@@ -33,7 +33,7 @@ TOY = """\
 # %% [markdown]
 # # A toy chapter
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 import os
 
 print(os.getcwd())

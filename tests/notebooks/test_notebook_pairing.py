@@ -30,7 +30,7 @@ TOY = """\
 # %% [markdown]
 # # A toy chapter
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 x = 2
 print(x)
 
@@ -50,6 +50,23 @@ def test_every_notebook_in_the_book_has_an_identical_twin():
     assert not problems, "notebook pairs differ:\n" + "\n".join(problems)
 
 
+# The cell tags the book uses: nbval's (in nbval's spelling; it ignores any other, so a
+# mistyped "check output" tag would silently turn a checked cell into an unchecked one) and
+# the exercise generator's.
+KNOWN_TAGS = {"nbval-check-output", "nbval-ignore-output", "raises-exception", "solution_only"}
+
+
+def test_every_cell_tag_is_one_the_tools_read():
+    unknown = [
+        f"{path.relative_to(REPO)}, cell {n}: {tag!r}"
+        for path in notebook_files(suffix=".py")
+        for n, cell in enumerate(read_py(path).cells)
+        for tag in cell.metadata.get("tags", [])
+        if tag not in KNOWN_TAGS
+    ]
+    assert not unknown, f"tags nothing reads (known: {sorted(KNOWN_TAGS)}):\n" + "\n".join(unknown)
+
+
 def test_jupytext_config_pairs_with_py_percent_and_keeps_headers_stable():
     assert jupytext_config().formats in ("ipynb,py:percent", ["ipynb,py:percent"])
     for folder in NOTEBOOK_DIRS:  # what the CLI and JupyterLab find for a notebook there
@@ -58,7 +75,7 @@ def test_jupytext_config_pairs_with_py_percent_and_keeps_headers_stable():
     nb.metadata["jupytext"] = {"text_representation": {"jupytext_version": "9.9.9"}}
     nb.metadata[META_KEY] = {"execution_seconds": 1.0}
     nb.metadata["language_info"] = {"version": "3.11.7"}
-    cell = nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["NBVAL_CHECK_OUTPUT"]})
+    cell = nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["nbval-check-output"]})
     cell.metadata[META_KEY] = {"source_sha256": "abc"}
     nb.cells.append(cell)
     text = py_text(nb)
@@ -66,7 +83,7 @@ def test_jupytext_config_pairs_with_py_percent_and_keeps_headers_stable():
     assert "execution_seconds" not in text  # execution records stay in the .ipynb
     assert "source_sha256" not in text
     assert "3.11.7" not in text
-    assert '# %% tags=["NBVAL_CHECK_OUTPUT"]\nx = 1' in text
+    assert '# %% tags=["nbval-check-output"]\nx = 1' in text
 
 
 @pytest.fixture
@@ -100,7 +117,7 @@ def test_different_tags_are_reported(toy_pair):
     py, ipynb = toy_pair
     edit_ipynb(ipynb, lambda nb: nb.cells[1].metadata.update(tags=[]))
     assert pair_problems(py, ipynb) == [
-        f"{ipynb}, cell 1: tags differ, .py has ['NBVAL_CHECK_OUTPUT'], .ipynb has []"
+        f"{ipynb}, cell 1: tags differ, .py has ['nbval-check-output'], .ipynb has []"
     ]
 
 

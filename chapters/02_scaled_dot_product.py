@@ -55,13 +55,13 @@ from book.experiments.ch02 import (
     softmax_jacobian,
     train_retrieval,
 )
+from book.experiments.seeds import make_deterministic
 from book.experiments.training import first_step_below, moving_average
 from book.plotting import plot_attention, plot_lines, reference_line, set_style
 from book.progress import progress
 
 set_style()
-torch.manual_seed(0)
-torch.use_deterministic_algorithms(True)
+make_deterministic(0)
 
 # %% [markdown]
 # ## 2.1 A dictionary you can half-match
@@ -69,7 +69,7 @@ torch.use_deterministic_algorithms(True)
 # A Python `dict` is an all-or-nothing lookup: the query must equal a key exactly, and you get
 # exactly one value back.
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 prices = {"apple": 3.0, "pear": 4.0, "plum": 7.0, "fig": 5.0}
 print(prices["apple"])
 
@@ -103,7 +103,7 @@ def soft_lookup(query: torch.Tensor) -> tuple[float, torch.Tensor]:
 # a growing factor leaves its *direction* unchanged but stretches the scores, and the
 # weights slide from "average of everything" towards "apple only".
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 for stretch in (1.0, 8.0, 32.0):
     price, w = soft_lookup(stretch * mostly_apple)
     shares = ", ".join(f"{f} {x:.2f}" for f, x in zip(fruits, w.tolist(), strict=True))
@@ -137,7 +137,7 @@ assert soft_lookup(32.0 * mostly_apple)[1][0] > 0.95  # large scores: nearly a h
 # appears twice and gets the same embedding both times — without position information
 # (chapter 4), attention cannot tell the two apart.
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 tokens = ["the", "cat", "sat", "on", "the", "mat", "because", "it", "was", "tired"]
 vocab = sorted(set(tokens))
 token_ids = torch.tensor([vocab.index(t) for t in tokens])  # (L,)
@@ -293,7 +293,7 @@ assert torch.allclose(Z[7], (A[7].unsqueeze(1) * V).sum(0), atol=1e-6)  # Σ_j A
 # be added to $x$ (the residual connection of later chapters). With several heads (chapter
 # 3), $W_O$ is also what mixes their outputs.
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 out = Z @ W_O  # (L, d_model)
 for name, t in (("X", x), ("Q", Q), ("K", K), ("V", V), ("S", S), ("A", A), ("Z", Z), ("out", out)):
     print(f"{name:>3}: {tuple(t.shape)}")
@@ -381,7 +381,7 @@ variance_stats = {
     for d in D_KS
 }
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 print(f"{'distribution':>12} {'d_k':>5} {'Var(q·k)':>9} {'Var/d_k':>8} {'Var(q·k/√d_k)':>14}")
 for (dist, d), s in variance_stats.items():
     print(f"{dist:>12} {d:>5} {s.var:>9.0f} {s.var / d:>8.2f} {s.scaled_var:>14.2f}")
@@ -460,7 +460,7 @@ fig.tight_layout()
 # width; it does not pin the constant, which depends on the initialisation. (Exercise 02.2
 # asks for this formula.)
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 gen = torch.Generator().manual_seed(3)
 torch.manual_seed(3)  # nn.Linear draws its initial weights from the global generator
 linear_q, linear_k = torch.nn.Linear(512, 512, bias=False), torch.nn.Linear(512, 512, bias=False)
@@ -568,7 +568,7 @@ saturation = {
     for scaled in (False, True)
 }
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 print(f"{'d_k':>5} {'':>8} {'score std':>9} {'max weight':>10} {'entropy':>8} {'‖J‖ median':>11}")
 for (d, scaled), s in saturation.items():
     name = "scaled" if scaled else "unscaled"

@@ -63,14 +63,13 @@ from book.experiments.ch03 import (
     pairs_batch,
     train_pairs,
 )
-from book.experiments.seeds import SEEDS, spread
+from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.training import torch_threads
 from book.measure.timing import min_seconds
 from book.plotting import plot_heads, plot_lines, plot_spread, reference_line, set_style
 
 set_style()
-torch.manual_seed(0)
-torch.use_deterministic_algorithms(True)
+make_deterministic(0)
 
 
 def n_params(module: nn.Module) -> int:
@@ -122,7 +121,7 @@ def show(features: torch.Tensor) -> str:
     return "{" + ", ".join(f"{i}: {features[i]:.1f}" for i in features.nonzero().flatten()) + "}"
 
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 for name, heads in (("one head", one_head), ("two heads", two_heads)):
     a, b = fetch(order_a, heads), fetch(order_b, heads)
     print(f"{name:>9}: (3, 5) -> {show(a)}, (5, 3) -> {show(b)}, identical: {torch.equal(a, b)}")
@@ -258,7 +257,7 @@ head_sum = sum(
 )  # Σ_i head_i W_O^(i): (B, L, D)
 assert torch.allclose(out, head_sum, atol=1e-6)
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 steps = [
     ("x", x), ("Q = x W_Q", Q), ("q (split)", q), ("weights", weights),
     ("heads_out", heads_out), ("concat", concat), ("out = concat W_O", out),
@@ -329,7 +328,7 @@ for h in (1, 12):
         MultiHeadAttention(768, h)(x_bert)
     counted[h] = counter.get_total_flops()
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 print(f"{'GFLOP at L=512, d_model=768':>30} {'h=1':>8} {'h=12':>8}")
 PARTS = ("q_proj", "kv_proj", "scores", "weighted_sum", "out_proj", "matmul", "softmax", "total")
 for part in PARTS:
@@ -443,7 +442,7 @@ embeddings = (30522 + 512 + 2) * 768 + 2 * 768  # word + position + segment tabl
 pooler = 768 * 768 + 768
 bert_base_total = embeddings + 12 * n_params(bert_layer) + pooler
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 print(f"d_k = 768 / 12 = {768 // 12}")
 print(f"attention layer, 12 heads:        {n_params(bert_attention):>11,}")
 print(f"attention layer, 1 head of 768:   {n_params(one_wide_head):>11,}")
@@ -489,7 +488,7 @@ record_claim(
 # neighbour heads) and the digit of its **partner** (a relation found by content, wherever it
 # is, like coreference). Guessing gives 1/8 per digit.
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 example = pairs_batch(1, 6, 8, generator=torch.Generator().manual_seed(11))
 names = pair_token_names(example.tokens[0], 6, 8)
 print("tokens:         ", " ".join(f"{n:>3}" for n in names))
@@ -714,7 +713,7 @@ print(f"best head count h = {best_h}: mean accuracy {ablation[best_h]['both']:.3
 # The curve rises and falls. One head cannot serve two relations (section 3.4). Two and four
 # heads, of width 16 and 8, solve the task, on every seed. At eight heads of width 4 the model
 # still gets most digits right but fits visibly slower, and the seeds start to disagree (0.993,
-# 0.887 and 0.991); at sixteen heads of width 2 it solves the
+# 0.887 and 0.992); at sixteen heads of width 2 it solves the
 # previous-token relation but gets only a small fraction of the partner digits right: each
 # head is too narrow to carry a content match, and 300 steps do not make the heads cooperate
 # on it. This is the underfitting the article describes, in miniature, and it has a name in
@@ -777,7 +776,7 @@ record_claim(
 # settled on heads of 64 or 128 dimensions, which the table below shows for a few well-known
 # models.
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 known_models = [  # name, d_model, query heads, key/value heads
     ("Transformer base (2017)", 512, 8, 8),
     ("BERT-base (2018)", 768, 12, 12),
@@ -844,7 +843,7 @@ with torch.no_grad():
     same.load_state_dict(plain.state_dict())  # identical parameter shapes ...
     torch.testing.assert_close(same(x), plain(x))  # ... and identical outputs
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 print(f"running example, d_model {D}, {H} query heads of width {D_HEAD}")
 for kv, kv_params, total in gqa_rows:
     kind = {4: "MHA", 2: "GQA-2", 1: "MQA"}[kv]
@@ -876,7 +875,7 @@ cache = {
 }
 weights_fp16 = 6.74e9 * 2  # a 7B model's weights in fp16, bytes (LLaMA-2 7B: 6.74 B parameters)
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 GiB = 1024**3
 print(f"{'':>6} {'kv heads':>9} {'cache / sequence':>17} {'batch of 16':>12}")
 for (name, nbytes), kv in zip(cache.items(), (32, 8, 1), strict=True):

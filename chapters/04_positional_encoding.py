@@ -75,7 +75,7 @@ from book.experiments.ch04 import (
     train_lookback,
     zero_crossings,
 )
-from book.experiments.seeds import SEEDS, spread
+from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.plotting import (
     plot_attention,
     plot_heads,
@@ -86,8 +86,7 @@ from book.plotting import (
 )
 
 set_style()
-torch.manual_seed(0)
-torch.use_deterministic_algorithms(True)
+make_deterministic(0)
 
 # %% [markdown]
 # ## 4.1 Attention is blind to order
@@ -167,7 +166,7 @@ assert pooled_gap < 1e-6  # a bag-of-words model: both sentences pool to the sam
 # vectors, or with the same attention weights but RoPE (section 4.5) rotating queries and
 # keys, "I" no longer gets the same output in the two sentences.
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 sinusoidal = SinusoidalPositionalEncoding(d_model, max_len=16)
 mha_rope = MultiHeadAttention(d_model, num_heads=2, rotary=RotaryEmbedding(d_model // 2)).eval()
 mha_rope.load_state_dict(mha.state_dict())  # same weights; RoPE adds none
@@ -262,7 +261,7 @@ fig.tight_layout()
 # it changes sign over 1,000 positions (a wave of wavelength $\lambda$ crosses zero about
 # $2\cdot 1000/\lambda$ times).
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 long_table = sinusoidal_encoding(1000, 64, dtype=torch.float64)  # (1000, 64)
 crossings = zero_crossings(long_table[:, 0::2])  # (32,): one per sin channel
 wavelengths = sinusoidal_wavelengths(64)  # (32,)
@@ -323,7 +322,7 @@ fig.tight_layout()
 # same size everywhere, because moving one position turns every circle by its fixed angle
 # (this is section 4.3's point).
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 bit_flips = (bits[1:] != bits[:-1]).sum(dim=1)  # (63,): Hamming distance of p and p+1
 step_sizes = (long_table[1:] - long_table[:-1]).norm(dim=1)  # (999,): ||PE[p+1] - PE[p]||
 print(
@@ -375,7 +374,7 @@ record_claim(
 # $d = 4$ and $k = 1$: two rotation blocks, a fast one (angle 1 radian) and a slow one
 # (0.01 radian).
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 print(sinusoidal_shift_matrix(1, 4).numpy().round(4))
 
 # %% [markdown]
@@ -485,7 +484,7 @@ record_claim(
 # the shape of the table: its parameter count grows linearly with the longest sequence, and
 # it has *no row at all* past max_len.
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 max_lens = [128, 256, 512, 1024, 2048, 4096]
 learned_params = [LearnedPositionalEmbedding(n, 768).weight.numel() for n in max_lens]
 for n, count in zip(max_lens, learned_params, strict=True):
@@ -506,7 +505,7 @@ assert sinusoidal_params == 0 and rope_params == 0
 # 32 positions for a 33rd — directly, or through an `offset` as when generating one token
 # at a time with a cache — and the package refuses with an error that says why:
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 table32 = LearnedPositionalEmbedding(max_len=32, d_model=16)
 for attempt, call in (
     ("33 tokens", lambda: table32(torch.zeros(1, 33, 16))),

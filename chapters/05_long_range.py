@@ -83,14 +83,13 @@ from book.experiments.gradients import (
     path_lengths,
     recurrence_rounds,
 )
-from book.experiments.seeds import SEEDS, spread
+from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.training import first_step_below, moving_average, train_classifier
 from book.plotting import plot_attention, plot_heads, plot_lines, reference_line, set_style
 from book.progress import progress
 
 set_style()
-torch.manual_seed(0)
-torch.use_deterministic_algorithms(True)
+make_deterministic(0)
 
 # %% [markdown]
 # ## 5.1 The running example: a document with a beginning and an end
@@ -105,7 +104,7 @@ torch.use_deterministic_algorithms(True)
 # about the label, and the filler says nothing at all: a model must bring the first quarter
 # and the last token together.
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 N_TOPICS, N_FILLERS = 2, 32
 VOCAB = document_vocab_size(N_TOPICS, N_FILLERS)
 LABELS = ("consistent", "contradicts")
@@ -131,7 +130,7 @@ for tokens, label in zip(example.tokens.tolist(), example.labels.tolist(), stric
 # "contradicts" labels is the same (one half) whatever the topic, and whatever the
 # conclusion.
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 big = topic_documents(20_000, 32, generator=torch.Generator().manual_seed(1))
 for name, part in (("topic", big.topics), ("conclusion", big.conclusions)):
     shares = [big.labels[part == i].float().mean().item() for i in range(N_TOPICS)]
@@ -183,7 +182,7 @@ paths = {
     for name, rounds in rounds_of.items()
 }  # index = distance t - j
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 print(f"{'distance t−j':>13} " + " ".join(f"{name:>26}" for name in paths))
 for d in (0, 1, 2, 10, 30, 47):
     print(f"{d:>13} " + " ".join(f"{str(p[d]) if p[d] else 'no path':>26}" for p in paths.values()))
@@ -249,7 +248,7 @@ ax = plot_lines(
 ax.lines[-1].set_linestyle("--")  # the two attention curves overlap: dash one
 ax.figure.set_size_inches(7.5, 4.2)
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 rates = {name: p.decay_per_step(1, 40) for name, p in profiles.items()}
 far_near = {name: p.band_mean(200, 255) / p.band_mean(1, 10) for name, p in profiles.items()}
 for name in profiles:
@@ -283,7 +282,7 @@ for n in LENGTHS_DILUTION:
     dilution.append(profile.band_mean(1, n - 1))  # average over every other token
 dilution_slope = fit_power(LENGTHS_DILUTION, dilution)
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 for n, g in zip(LENGTHS_DILUTION, dilution, strict=True):
     print(f"L = {n:5d}: mean gradient per token {g:.2e}   × L = {g * n:.2f}")
 print(f"fitted exponent: gradient ∝ L^{dilution_slope:.2f}")
@@ -628,7 +627,7 @@ for n in LENGTHS_DENSE:
     weight_bytes.append(w.untyped_storage().nbytes())
     del w
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 print(f"{'n':>5} {'weights MiB':>11} {'peak MiB':>9} {'peak/weights':>12} {'MFLOP':>7}")
 for n, c, wb in zip(LENGTHS_DENSE, dense_costs, weight_bytes, strict=True):
     print(f"{n:>5} {wb / 2**20:>11.2f} {c.peak_bytes / 2**20:>9.2f} {c.peak_bytes / wb:>12.2f} "
@@ -786,7 +785,7 @@ ax.figure.set_size_inches(10, 2.8)
 # instead of 16. With one layer, the global token (position 64, a filler) gives the
 # conclusion nothing: what it holds is its own input.
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 reach = {name: row[:TOPIC_SPAN].float().mean().item() for name, row in reach_rows.items()}
 predicted = {name: predicted_accuracy(row, TOPIC_SPAN) for name, row in reach_rows.items()}
 reach_512 = {name: fn.allowed(512)[-1, :128].float().mean().item() for name, fn in variants.items()}
@@ -1151,7 +1150,7 @@ _, softmax_weights = scaled_dot_product_attention(q, k, v, need_weights=True)  #
 rank_linear = int(torch.linalg.matrix_rank(linear_weights[0, 0]))
 rank_softmax = int(torch.linalg.matrix_rank(softmax_weights[0, 0]))
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 print(f"rank of the 64 × 64 weights, head width 8: linear {rank_linear}, softmax {rank_softmax}")
 
 # %%

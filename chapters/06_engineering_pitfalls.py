@@ -62,13 +62,13 @@ from attention.masks import (
 from book.claims import claims_table, record_claim
 from book.diagrams.ch06 import flash_tiling, kv_cache_decoding
 from book.experiments import ch06
-from book.experiments.seeds import SEEDS, over_seeds, spread
+from book.experiments.seeds import SEEDS, make_deterministic, over_seeds, spread
 from book.experiments.training import moving_average
 from book.plotting import plot_bar_spread, plot_lines, plot_spread, reference_line, set_style
 from book.progress import progress
 
 set_style()
-_ = torch.manual_seed(0)
+make_deterministic(0)
 
 # %% [markdown]
 # ## 6.1 The missing causal mask (C20)

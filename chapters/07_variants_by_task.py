@@ -70,14 +70,13 @@ from book.data import co2_monthly, digits
 from book.diagrams.ch07 import clip_contrastive, patches_to_tokens, shifted_windows
 from book.experiments import ch07
 from book.experiments.ch05 import fit_power, measure_cost
-from book.experiments.seeds import SEEDS, spread
+from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.training import fit, moving_average
 from book.plotting import plot_bar_spread, plot_lines, plot_spread, reference_line, set_style
 from book.progress import progress
 
 set_style()
-torch.manual_seed(0)
-torch.use_deterministic_algorithms(True)
+make_deterministic(0)
 torch.set_num_threads(1)  # tiny models: one thread is the fastest, and the steadiest
 
 # %% [markdown]
@@ -169,7 +168,7 @@ VIT_WIDTH, VIT_LAYERS = 32, 2
 vit_costs = [ch07.vit_cost(s, 2, d_model=VIT_WIDTH, num_layers=VIT_LAYERS) for s in VIT_SIDES]
 vit_fit = ch07.quadratic_fit([c.tokens for c in vit_costs], [c.flops for c in vit_costs])
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 print(f"{'side':>5} {'tokens':>7} {'MFLOP':>9} {'peak MiB':>9} {'FLOPs in attention':>19}")
 for s, c in zip(VIT_SIDES, vit_costs, strict=True):
     share = 4 * VIT_LAYERS * VIT_WIDTH * c.tokens**2 / c.flops
@@ -398,7 +397,7 @@ for side in SWIN_SIDES:
     window_costs.append(ch07.layer_cost(block, side, SWIN_WIDTH))
     global_costs.append(ch07.layer_cost(dense_layer, side, SWIN_WIDTH))
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 print(f"{'side':>4} {'tokens':>6} {'window MFLOP':>12} {'global MFLOP':>12} "
       f"{'window KiB':>10} {'global KiB':>10}")  # fmt: skip
 for side, w, g in zip(SWIN_SIDES, window_costs, global_costs, strict=True):
@@ -459,7 +458,7 @@ fields = {
 }
 own_window = ch07.window_of(RF_TOKEN, RF_GRID, SWIN_WINDOW)
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 for (shifted, depth), field in fields.items():
     outside = int((field & ~own_window).sum())
     print(f"{'shifted' if shifted else 'regular'} windows, {depth} block(s): field of "

@@ -77,13 +77,12 @@ from book.experiments.ch08 import (
     outcome_table,
     train_layout,
 )
-from book.experiments.seeds import SEEDS, spread
+from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.plotting import plot_bar_spread, set_style
 from book.progress import progress
 
 set_style()
-torch.manual_seed(0)
-torch.use_deterministic_algorithms(True)
+make_deterministic(0)
 
 # %% [markdown]
 # ## 8.1 One head, from the formula
@@ -326,7 +325,7 @@ print("by hand = nn.MultiheadAttention with the same weights: outputs, weights, 
 # the right shape; the table lists its split and merge as one would write them (`x` is a
 # projection `(B, L, D)`, `out` the attention's output), and what it does to the data:
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 for name, layout in LAYOUTS.items():
     print(f"{name}:\n    split  {layout.split_code}\n    merge  {layout.merge_code}")
     if name != CORRECT:
@@ -491,7 +490,7 @@ for ax, rel in zip(axes, ("previous", "partner"), strict=True):
 axes[0].get_legend().remove()  # one legend, in the empty band of the right panel
 fig.tight_layout()
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 def mean_range(s):
     return f"{s.mean:.3f} ({s.min:.3f}-{s.max:.3f})"
 
@@ -602,7 +601,7 @@ def show_table(tbl, title):
         print(f"{name:>16}" + "".join(f"{row[t]:>14}" for t in TESTS))
 
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 show_table(table, f"{H} heads ('fails'/'raises' = the test caught the module):")
 print()
 show_table(table_1, "1 head:")

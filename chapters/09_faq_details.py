@@ -70,12 +70,15 @@ from book.experiments.ch09 import (
     train_mixer,
     train_retrieval,
 )
-from book.experiments.seeds import SEEDS, spread
+from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.plotting import plot_bar_spread, set_style
 from book.progress import progress
 
 set_style()
-torch.manual_seed(0)
+make_deterministic(0)
+# Small models: one thread is the fastest here, and it makes every run of the chapter, two
+# cores or one, compute the same numbers (a reduction split over threads rounds differently).
+torch.set_num_threads(1)
 
 # %% [markdown]
 # ## 9.1 Why softmax?
@@ -176,7 +179,7 @@ axes[0].get_legend().remove()
 axes[1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # clear of the bars
 fig.tight_layout()
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 print(f"held-out accuracy over {len(SEEDS)} seeds, mean (min-max); runs with a non-finite loss")
 for name in VARIANTS:
     s, sl = spread(acc[name]), spread(acc_long[name])
@@ -291,7 +294,7 @@ tau_att = {m: [mean_rank_correlation(s[m], s["attention"]) for s in scores]
 found = [float(((a.jsd >= FAR) & a.same_prediction & (a.output_change <= TOL)).float().mean())
          for a in adversaries]  # fmt: skip
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 print(f"rank agreement with leave-one-out over {N_IMAGES} test images, {len(SEEDS)} seeds")
 print(f"{'score':>18} {'Kendall tau':>22} {'Spearman rho':>22}")
 for m in tau:
@@ -436,7 +439,7 @@ for ax, pre in zip(axes, (False, True), strict=True):
     ax.legend()
 fig.tight_layout()
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 for pre in (False, True):
     name = "Pre-LN" if pre else "Post-LN"
     last = ", ".join(f"{L} layers {profiles[(pre, L)][-1]:.3f}" for L in DEPTHS)
@@ -516,7 +519,7 @@ for ax, lr in zip(axes, LRS, strict=True):
 axes[1].legend(fontsize=8, loc="lower left")
 fig.tight_layout()
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 print(f"failed runs out of {len(LRS) * len(SEEDS)}:", failures)
 for (pre, warm), runs in depth_runs.items():
     for lr in LRS:
@@ -580,7 +583,7 @@ fig = reach_per_layer()
 # gradient from the last output after one layer; from it, the number of layers needed to
 # connect the two ends of a 64-token sequence, and the longest chain of steps between them.
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 costs = layer_costs(length=64, d_model=32)
 print(f"{'layer':>20} {'FLOPs n=64':>11} {'n=128 / n=64':>13} {'steps in sequence':>18} "
       f"{'reach':>6} {'layers to connect':>18} {'path (steps)':>13}")
@@ -645,7 +648,7 @@ for ax, (task, title) in zip(axes, TITLES.items(), strict=True):
 axes[0].get_legend().remove()
 fig.tight_layout()
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 for (task, mixer), values in mixer_runs.items():
     print(f"{task:>6}, {mixer:>11}: {spread(values).format('.3f')}")
 

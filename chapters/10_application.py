@@ -88,14 +88,13 @@ from book.experiments.ch10 import (
     train_grid,
     training_step_cost,
 )
-from book.experiments.seeds import SEEDS, spread
+from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.training import moving_average
 from book.plotting import plot_bar_spread, plot_lines, set_style
 from book.progress import progress
 
 set_style()
-torch.manual_seed(0)
-torch.use_deterministic_algorithms(True)
+make_deterministic(0)
 torch.set_num_threads(1)  # tiny models run fastest on one thread, and timings are steadier
 
 # %% [markdown]
@@ -116,7 +115,7 @@ torch.set_num_threads(1)  # tiny models run fastest on one thread, and timings a
 # matters more, but no labels: every classification task we could build from it would be one
 # we invented. The digits are labelled by people, and a wrong answer is unambiguous.
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 data = digits()
 n_images = len(data.train_labels) + len(data.test_labels)
 levels = torch.cat([data.train_images, data.test_images]).unique().numel()
@@ -152,7 +151,7 @@ fig = capstone_pipeline()
 # two-layer `nn.TransformerEncoder` (pre-LN, `norm_first=True`, with a final LayerNorm) into
 # ours and compare outputs.
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 torch.manual_seed(0)
 torch_layer = nn.TransformerEncoderLayer(
     D_MODEL, NUM_HEADS, D_FF, dropout=0.0, batch_first=True, norm_first=True
@@ -223,7 +222,7 @@ capstone_runs = train_grid(
     {"learned": partial(DigitsEncoder, "learned")}, data, SEEDS, progress=True
 )["learned"]
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 capstone_acc = [run.accuracy for run in capstone_runs]
 print(f"test accuracy {spread(capstone_acc).format('.3f')}")
 
@@ -287,7 +286,7 @@ others = {k: b for k, b in positional_builders.items() if k != "learned"}
 new_runs = train_grid(others, data, SEEDS, progress=True)  # "learned" ran in 10.2
 positional_runs = {k: capstone_runs if k == "learned" else new_runs[k] for k in positional_builders}
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 position_acc = accuracies(positional_runs)
 for label, acc in position_acc.items():
     print(f"{label:20s} accuracy {spread(acc).format('.3f')}")
@@ -386,7 +385,7 @@ record_claim(
 # %%
 fig = reach_in_the_image()
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 for kind in ATTENTIONS:
     print(f"{kind:13s} scores {allowed_pairs(kind).float().mean():.0%} of the 16 × 16 pairs")
 
@@ -427,7 +426,7 @@ attention_builders = {
 attention_runs = {"full": positional_runs["learned"]}
 attention_runs |= train_grid(attention_builders, data, SEEDS, progress=True)
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 attention_acc = accuracies(attention_runs)
 for label, acc in attention_acc.items():
     print(f"{label:13s} accuracy {spread(acc).format('.3f')}")
@@ -517,7 +516,7 @@ for label, build in progress(cost_models.items(), desc="step cost"):
     torch.manual_seed(0)
     step_costs[label] = training_step_cost(build(), batch_images, batch_labels)
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 all_acc = position_acc | {k: v for k, v in attention_acc.items() if k != "full"}
 print(f"{'':20s} {'accuracy (mean, min–max)':>26s} {'peak KiB':>9s}")
 for label, cost in step_costs.items():
@@ -543,7 +542,7 @@ for label, cost in step_costs.items():
 # $n^* = 2d + d_{ff}$. We count the FLOPs of the real encoder with torch's counter and check
 # the formula.
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 FLOP_LENGTHS = (16, 64, 128, 256, 1024)
 counted = {n: encoder_flops(n) for n in FLOP_LENGTHS}
 for n, f in counted.items():
@@ -571,7 +570,7 @@ for label, kind in progress(sweep_kinds.items(), desc="length sweep"):
     sweep[label] = {n: encoder_cost(kind, n, timed=n <= 1024 and kind is not None)
                     for n in lengths}  # fmt: skip
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 print(f"{'peak MiB at n =':20s}" + "".join(f"{n:>8d}" for n in SWEEP_LENGTHS))
 for label, costs in sweep.items():
     print(f"{label:20s}" + "".join(
@@ -606,7 +605,7 @@ axes[1].axvline(n_star, color="0.4", ls="--", lw=1, label=f"n* = {n_star}: n² i
 axes[1].legend(fontsize=8)
 fig.tight_layout()
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 fused, written = sweep["full, fused"], sweep["full, written out"]
 print(f"at n = 1024: written-out attention holds {written[1024].peak_bytes / 2**20:.0f} MiB, "
       f"the fused kernel {fused[1024].peak_bytes / 2**20:.1f} MiB")
@@ -690,7 +689,7 @@ baseline_builders = {
 baseline_acc = accuracies(train_grid(baseline_builders, data, SEEDS))
 encoder_best = max(all_acc, key=lambda k: spread(all_acc[k]).mean)
 
-# %% tags=["NBVAL_CHECK_OUTPUT"]
+# %% tags=["nbval-check-output"]
 encoder_flops_per_image = model_flops(DigitsEncoder("learned"), probe[:1])
 mlp_flops_per_image = model_flops(pixel_baseline("mlp"), probe[:1])
 for label, acc in baseline_acc.items():

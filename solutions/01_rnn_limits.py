@@ -128,7 +128,7 @@ def steps_until_below(lam: float, threshold: float) -> int:
 # %%
 check("01.4", steps_until_below)
 
-# %% tags=["NBVAL_CHECK_OUTPUT", "solution_only"]
+# %% tags=["nbval-check-output", "solution_only"]
 for lam in (0.6, 0.97):
     print(f"factor {lam}: below 1e-6 after {steps_until_below(lam, 1e-6)} steps")
 

@@ -82,7 +82,7 @@ check("02.2", score_variance)
 # For instance, the standard deviation of a scaled score at $d_k = 512$ with the default
 # initialisation is $\sqrt{512 \cdot \tfrac19 \cdot \tfrac1{512}} = \tfrac13$:
 
-# %% tags=["NBVAL_CHECK_OUTPUT", "solution_only"]
+# %% tags=["nbval-check-output", "solution_only"]
 print(round(math.sqrt(score_variance(512, 1 / 3, 1 / 3, 1 / math.sqrt(512))), 4))
 
 # %% [markdown]
@@ -140,7 +140,7 @@ def qk_flops(batch: int, heads: int, n_queries: int, n_keys: int, d_k: int) -> i
 # %%
 check("02.4", qk_flops)
 
-# %% tags=["NBVAL_CHECK_OUTPUT", "solution_only"]
+# %% tags=["nbval-check-output", "solution_only"]
 growth = qk_flops(1, 12, 4096, 4096, 64) / qk_flops(1, 12, 512, 512, 64)
 print(f"8× the tokens → {growth:.0f}× the FLOPs of QKᵀ")
 
@@ -168,7 +168,7 @@ def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
 # %%
 check("02.5", softmax_jacobian)
 
-# %% tags=["NBVAL_CHECK_OUTPUT", "solution_only"]
+# %% tags=["nbval-check-output", "solution_only"]
 uniform = torch.full((64,), 1 / 64)  # (n,)
 one_hot = torch.zeros(64).index_fill(0, torch.tensor([3]), 1.0)  # (n,)
 print(f"uniform: {softmax_jacobian(uniform).norm():.4f} (= sqrt(63)/64 = {math.sqrt(63) / 64:.4f})")

@@ -89,7 +89,7 @@ check("04.2", wavelength)
 # $2\pi \approx 6.3$ positions and the slowest about every 60,600: the fast pairs tell
 # neighbours apart, the slow ones say roughly where in a very long sequence a token is.
 
-# %% tags=["NBVAL_CHECK_OUTPUT", "solution_only"]
+# %% tags=["nbval-check-output", "solution_only"]
 print(round(wavelength(0, 512), 2), round(wavelength(255, 512)))
 
 # %% [markdown]
@@ -161,7 +161,7 @@ check("04.4", rope_rotate_half)
 # The property that makes RoPE relative: rotate the same query and key to positions
 # $(m, n)$ and $(m + 5, n + 5)$; the scores agree.
 
-# %% tags=["NBVAL_CHECK_OUTPUT", "solution_only"]
+# %% tags=["nbval-check-output", "solution_only"]
 q, k = torch.randn(2, 16, generator=torch.Generator().manual_seed(0))  # (Dh,) each
 q_at = rope_rotate_half(q.expand(1, 1, 12, 16).contiguous())[0, 0]  # (12, Dh): positions 0..11
 k_at = rope_rotate_half(k.expand(1, 1, 12, 16).contiguous())[0, 0]  # (12, Dh)

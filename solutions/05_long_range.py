@@ -55,7 +55,7 @@ check("05.1", score_table_bytes)
 # What does that mean at scale? One layer of a 32-head model on a 32k-token document, in
 # float16:
 
-# %% tags=["solution_only", "NBVAL_CHECK_OUTPUT"]
+# %% tags=["solution_only", "nbval-check-output"]
 print(f"{score_table_bytes(32_768, 32, 1, 2) / 2**30:.0f} GiB")
 
 # %% [markdown] tags=["solution_only"]
@@ -126,7 +126,7 @@ check("05.3", window_savings)
 # %% [markdown] tags=["solution_only"]
 # Longformer's setting, 4096 tokens with a window of 512 (256 on each side):
 
-# %% tags=["solution_only", "NBVAL_CHECK_OUTPUT"]
+# %% tags=["solution_only", "nbval-check-output"]
 print(f"{window_savings(4096, 256, 256):.2f}× fewer scores than full attention")
 
 # %% [markdown] tags=["solution_only"]
@@ -197,7 +197,7 @@ check("05.5", longest_sequence)
 # %% [markdown] tags=["solution_only"]
 # An 80 GiB accelerator, 32 heads, float16 — with nothing else in memory:
 
-# %% tags=["solution_only", "NBVAL_CHECK_OUTPUT"]
+# %% tags=["solution_only", "nbval-check-output"]
 print(f"n = {longest_sequence(80 * 2**30, 32, 2):,} tokens")
 
 # %% [markdown] tags=["solution_only"]

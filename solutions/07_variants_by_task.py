@@ -134,7 +134,7 @@ check("07.3", clip_loss)
 # %% [markdown] tags=["solution_only"]
 # The loss with every logit equal is $\ln B$, whatever the temperature:
 
-# %% tags=["solution_only", "NBVAL_CHECK_OUTPUT"]
+# %% tags=["solution_only", "nbval-check-output"]
 same = torch.ones(32, 4)
 print(f"{clip_loss(same, same, 14.3).item():.4f} = ln 32 = {math.log(32):.4f}")
 
@@ -168,7 +168,7 @@ check("07.4", vit_attention_scores)
 # %% [markdown] tags=["solution_only"]
 # ViT-Base at 224 pixels and at four times the side, in millions of scores per layer:
 
-# %% tags=["solution_only", "NBVAL_CHECK_OUTPUT"]
+# %% tags=["solution_only", "nbval-check-output"]
 for side in (224, 896):
     print(f"{side} px: {vit_attention_scores(side, 16, 12) / 1e6:.2f} M")
 growth = vit_attention_scores(896, 16, 12) / vit_attention_scores(224, 16, 12)

@@ -55,7 +55,7 @@ check("09.1", sigmoid_weights)
 # close to a softmax's one at every length (the closer, the longer the row). Without it,
 # the row starts summing to $n/2$, and the output's scale grows with the length.
 
-# %% tags=["solution_only", "NBVAL_CHECK_OUTPUT"]
+# %% tags=["solution_only", "nbval-check-output"]
 for n in (4, 16, 256):
     zero = torch.zeros(1, n)
     print(f"n = {n:>3}: row sum {float(sigmoid_weights(zero).sum()):.3f} with the bias, "

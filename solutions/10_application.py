@@ -86,7 +86,7 @@ check("10.2", layer_flops)
 # %% [markdown] tags=["solution_only"]
 # The share of the $n^2$ part at a few lengths, for the chapter's model and for BERT-base:
 
-# %% tags=["solution_only", "NBVAL_CHECK_OUTPUT"]
+# %% tags=["solution_only", "nbval-check-output"]
 for d_model, d_ff in ((32, 64), (768, 3072)):
     shares = []
     for n in (16, 512, 4608, 32_768):
@@ -157,7 +157,7 @@ check("10.4", grid_neighbours)
 # How much of a reading-order window of ±`cols` is really 2-D neighbourhood, on the chapter's
 # grid:
 
-# %% tags=["solution_only", "NBVAL_CHECK_OUTPUT"]
+# %% tags=["solution_only", "nbval-check-output"]
 from attention.masks import sliding_window_mask
 
 grid_mask = grid_neighbours(4, 4, 1)  # (16, 16)

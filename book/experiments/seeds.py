@@ -18,12 +18,31 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+import torch
+
 from book.progress import progress as progress_bar
 
 T = TypeVar("T")
 
 # The book's default seeds: three, the fewest that show a spread.
 SEEDS = (0, 1, 2)
+
+
+def make_deterministic(seed: int = 0) -> None:
+    """Seed torch's global generator and allow deterministic algorithms only (every chapter).
+
+    Torch's deterministic mode also fills each new uninitialised tensor with NaN by default
+    (``torch.utils.deterministic.fill_uninitialized_memory``), so that code reading memory it
+    never wrote gives the same answer on every run. That fill is a pass over every allocation:
+    it made chapter 1's LSTM training three times slower on the CPU. It is switched off here;
+    what it guards against, a read of unwritten memory, is a bug the library's tests look for
+    directly (an output compared with a float64 reference would not be reproducible).
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} ({seed!r})")
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
 
 
 @dataclass(frozen=True)

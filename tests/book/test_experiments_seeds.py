@@ -6,10 +6,11 @@ import math
 import statistics
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from book.experiments.seeds import SEEDS, over_seeds, spread
+from book.experiments.seeds import SEEDS, make_deterministic, over_seeds, spread
 
 
 @given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=12))
@@ -52,3 +53,35 @@ def test_over_seeds_runs_once_per_seed_in_order():
         over_seeds(lambda seed: seed, [])
     with pytest.raises(TypeError, match="run must be callable"):
         over_seeds(3)
+
+
+@pytest.fixture
+def restore_torch_determinism():
+    enabled = torch.are_deterministic_algorithms_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    state = torch.get_rng_state()
+    yield
+    torch.use_deterministic_algorithms(enabled)
+    torch.utils.deterministic.fill_uninitialized_memory = fill
+    torch.set_rng_state(state)
+
+
+def test_make_deterministic_seeds_and_switches_to_deterministic_algorithms(
+    restore_torch_determinism,
+):
+    torch.use_deterministic_algorithms(False)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    make_deterministic(5)
+    drawn = torch.randn(4)
+    assert torch.are_deterministic_algorithms_enabled()
+    assert torch.utils.deterministic.fill_uninitialized_memory is False
+    torch.manual_seed(5)
+    torch.testing.assert_close(drawn, torch.randn(4), rtol=0, atol=0)
+    make_deterministic(6)
+    assert not torch.equal(torch.randn(4), drawn)  # the seed is used, not ignored
+
+
+@pytest.mark.parametrize("seed", [1.0, True, "0"])
+def test_make_deterministic_rejects_a_seed_that_is_not_an_int(seed):
+    with pytest.raises(TypeError, match="seed must be an int"):
+        make_deterministic(seed)

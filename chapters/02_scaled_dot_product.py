@@ -49,6 +49,7 @@ from book.claims import claims_table, record_claim
 from book.diagrams.ch02 import five_steps
 from book.experiments.ch02 import (
     RetrievalModel,
+    assert_c7_plateau,
     dot_product_scores,
     dot_product_stats,
     saturation_stats,
@@ -693,9 +694,8 @@ smooth_s, smooth_u = moving_average(scaled_run.losses, 20), moving_average(unsca
 assert unscaled_run.init_score_std > 15 and 0.8 < scaled_run.init_score_std < 1.25
 assert unscaled_run.init_max_weight > 0.85 and scaled_run.init_max_weight < 0.6
 # The plateau: after 100 steps the unscaled loss is within 10 % of where it started, while the
-# scaled one has lost more than a third of it.
-assert smooth_u[100] > 0.9 * unscaled_run.losses[0]
-assert smooth_s[100] < 0.65 * scaled_run.losses[0]
+# scaled one has lost more than a third of it; later both learn the task.
+assert_c7_plateau({0: (scaled_run, unscaled_run)})
 
 # %% [markdown]
 # The plateau is there: for about a hundred steps the unscaled model's loss stays within 10 %
@@ -723,15 +723,9 @@ for seed, (s_run, u_run) in seed_runs.items():
           f"{s_run.accuracy:>7.2f} / {u_run.accuracy:.2f}")  # fmt: skip
 
 # %%
-ratios = []
-for s_run, u_run in seed_runs.values():
-    n_s, n_u = first_step_below(s_run.losses, 1.0), first_step_below(u_run.losses, 1.0)
-    assert n_s is not None and n_u is not None  # both learn the task within 400 steps...
-    ratios.append(n_u / n_s)
-    assert n_u > 1.4 * n_s  # ...but the unscaled model needs clearly more steps, every seed
-    s_smooth, u_smooth = moving_average(s_run.losses, 20), moving_average(u_run.losses, 20)
-    assert u_smooth[100] > 0.9 * u_run.losses[0] and s_smooth[100] < 0.65 * s_run.losses[0]
-    assert s_run.accuracy > 0.95 and u_run.accuracy > 0.95
+# On every seed: a plateau at step 100 without the scale, a falling loss with it; both learn
+# the task, the unscaled model clearly later (the thresholds: `book.experiments.ch02`).
+ratios = assert_c7_plateau(seed_runs)
 
 # %% [markdown]
 # Why does the unscaled model escape at all, if the softmax gradient vanishes? The gradients

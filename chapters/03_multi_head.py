@@ -54,8 +54,10 @@ from attention.heads import MultiHeadAttention, merge_heads, split_heads
 from book.claims import claims_table, record_claim
 from book.diagrams.ch03 import split_attend_concat
 from book.experiments.ch03 import (
+    C9B_THRESHOLDS,
     SOFTMAX_FLOPS_PER_SCORE,
     assert_c9a_heads_split_without_new_parameters,
+    assert_c9b_heads_specialise,
     assert_c10_rises_then_falls,
     kv_cache_bytes,
     mha_flops,
@@ -571,28 +573,37 @@ for ax in fig.axes[:2]:
     ax.scatter(rows[1:] - 1, rows[1:], marker="x", color="white", s=18, lw=1)  # previous
     ax.scatter(example.partner[0], rows, marker="o", facecolors="none", edgecolors="red", s=40)
 
+# %% [markdown]
+# One seed could be luck, so the same three models are trained with seeds 1 and 2 as well
+# (section 3.5 reuses them). The checks, set from the claim before the runs
+# (`c9b_specialisation_failures`): with two heads both relations are solved (accuracy
+# > 0.97) by one head each (> 0.8 of its weight on its relation, < 0.05 on the other); one
+# head solves one relation (> 0.95) and misses the other (< 0.4); four heads solve both, one
+# of them on the previous token (> 0.8), one leading the partner search (> 0.6). They must
+# hold on every seed.
+
 # %%
-run_1, run_2, run_4 = runs[1, 0], runs[2, 0], runs[4, 0]
-# Two heads: both relations solved, one head per relation.
-assert min(run_2.accuracy) > 0.97
+print("thresholds:", ", ".join(f"{name} {v}" for name, v in C9B_THRESHOLDS.items()))
+for h in (1, 2, 4):
+    for seed in SEEDS:
+        if (h, seed) not in runs:
+            runs[h, seed] = train_pairs(num_heads=h, seed=seed, progress=True)
+for seed in SEEDS:
+    masses = {h: " ".join(f"({p:.2f}, {q:.2f})" for p, q in runs[h, seed].head_mass.tolist())
+              for h in (1, 2, 4)}  # fmt: skip
+    print(f"seed {seed}: 1 head {masses[1]} | 2 heads {masses[2]} | 4 heads {masses[4]}")
+for seed in SEEDS:
+    assert_c9b_heads_specialise(runs[1, seed], runs[2, seed], runs[4, seed])
+run_1, run_2, run_4 = runs[1, 0], runs[2, 0], runs[4, 0]  # the runs quoted below: seed 0
 prev_head = int(run_2.head_mass[:, 0].argmax())
 partner_head = 1 - prev_head
-assert run_2.head_mass[prev_head, 0] > 0.8 and run_2.head_mass[prev_head, 1] < 0.05
-assert run_2.head_mass[partner_head, 1] > 0.8 and run_2.head_mass[partner_head, 0] < 0.05
-# One head: it learns one of the two relations and guesses the other.
-assert max(run_1.accuracy) > 0.95 and min(run_1.accuracy) < 0.4
-assert run_1.head_mass.max() > 0.6 and run_1.head_mass.min() < 0.1
-# Four heads: both solved; the previous token gets a head of its own, the partner search
-# is led by (at least) one head and may be shared.
-assert min(run_4.accuracy) > 0.97
-assert run_4.head_mass[:, 0].max() > 0.8 and run_4.head_mass[:, 1].max() > 0.6
 focused_4 = int((run_4.head_mass.max(dim=1).values > 0.5).sum())
 record_claim(
     "C9b",
     claim="Different heads learn different patterns",
     experiment="1-layer Transformer (d_model 32, RoPE) trained on a task needing the previous "
     "token's and a content-matched partner's digit; per-head attention mass, 512 held-out "
-    "sequences; 1, 2 and 4 heads",
+    "sequences; 1, 2 and 4 heads, seeds 0–2 (the numbers quoted: seed 0)",
     verdict="partly",
     measured=f"2 heads: head {prev_head} puts {run_2.head_mass[prev_head, 0]:.2f} on the previous "
     f"token, head {partner_head} {run_2.head_mass[partner_head, 1]:.2f} on the partner; "
@@ -604,17 +615,18 @@ record_claim(
 # %% [markdown]
 # **Verdict on C9: the arithmetic holds exactly (a configuration fact rather than a finding:
 # we counted it, and torch's independently written `nn.MultiheadAttention` gives the same
-# count); specialisation is reproduced in a controlled model, hence "partly".** With two
-# heads, one head puts nearly all its weight on the previous token and the other on the
-# partner, and both digits are right almost always. With one head, the model picks one
-# relation, solves it, and guesses the other — the averaging problem of section 3.1, now found
-# by gradient descent. Two caveats keep the verdict at "partly". We did not look inside BERT:
-# our task was *designed* to need two relations, so it shows that heads can and do split work
-# when a task rewards it, not which relations BERT's heads pick. And specialisation is not one
-# head per relation: with four heads, one took the previous token and the others mostly shared
-# the partner search between them — redundancy that Michel et al. (2019) and Voita et al.
-# (2019) found in trained translation models too, where many heads can be pruned at little
-# cost.
+# count); specialisation is reproduced in a controlled model, on each of three seeds, hence
+# "partly".** With two heads, one head puts nearly all its weight on the previous token and
+# the other on the partner, and both digits are right almost always. With one head, the model
+# picks one relation, solves it, and guesses the other — the averaging problem of section 3.1,
+# now found by gradient descent; which relation it picks is up to the seed (the previous token
+# on two seeds, the partner on the third). Two caveats keep the verdict at "partly". We did
+# not look inside BERT: our task was *designed* to need two relations, so it shows that heads
+# can and do split work when a task rewards it, not which relations BERT's heads pick. And
+# specialisation is not one head per relation: with four heads, on seed 0 one took the
+# previous token and the others shared the partner search between them, on seed 1 two heads
+# took each relation — redundancy that Michel et al. (2019) and Voita et al. (2019) found in
+# trained translation models too, where many heads can be pruned at little cost.
 
 # %% [markdown]
 # ## 3.5 C10: how many heads?

@@ -24,7 +24,7 @@ from torch import nn
 
 from attention._checks import check_choice, check_positive_int, check_tensor
 from attention.functional import safe_softmax, scaled_dot_product_attention
-from book.experiments.training import fit
+from book.experiments.training import first_step_below, fit, moving_average
 
 Tensor = torch.Tensor
 
@@ -416,3 +416,56 @@ def train_retrieval(
 
 def _retrieval_loss(model: RetrievalModel, batch: RetrievalBatch) -> Tensor:
     return F.cross_entropy(model(batch.keys, batch.values, batch.query), batch.target)
+
+
+# C7's thresholds, read off the claim ("barely moves for the first few hundred steps; with
+# scaling it falls normally"), fixed before the runs: at step 100 (20-step moving average)
+# the unscaled loss is still within 10 % of its start and the scaled one has lost over a
+# third; both learn the task in the end; the unscaled model needs clearly more steps (over
+# 1.4x) to bring its loss below 1.
+C7_STEP, C7_PLATEAU, C7_FALLING, C7_SLOWER, C7_LEARNED, C7_LOSS_LEVEL = (
+    100,
+    0.9,
+    0.65,
+    1.4,
+    0.95,
+    1.0,
+)
+
+
+def assert_c7_plateau(runs: dict[int, tuple[RetrievalRun, RetrievalRun]]) -> list[float]:
+    """C7 on every seed: ``runs`` maps a seed to its ``(scaled, unscaled)`` pair of runs.
+
+    Fails unless, on every seed, both runs bring their loss below :data:`C7_LOSS_LEVEL` and
+    reach :data:`C7_LEARNED` held-out accuracy, the unscaled run needs over
+    :data:`C7_SLOWER` times the steps, and at step :data:`C7_STEP` the unscaled run sits on
+    its plateau while the scaled one is falling. Returns the step ratios (unscaled / scaled).
+    """
+    if not runs:
+        raise ValueError("runs must hold at least one seed, got none")
+    ratios = []
+    for seed, (scaled, unscaled) in runs.items():
+        if not scaled.scaled or unscaled.scaled:
+            raise ValueError(f"seed {seed}: expected (scaled, unscaled) runs, in that order")
+        n_s = first_step_below(scaled.losses, C7_LOSS_LEVEL)
+        n_u = first_step_below(unscaled.losses, C7_LOSS_LEVEL)
+        assert n_s is not None, f"seed {seed}: the scaled model never got its loss below 1"
+        assert n_u is not None, f"seed {seed}: the unscaled model never got its loss below 1"
+        assert n_u > C7_SLOWER * n_s, (
+            f"seed {seed}: the unscaled model reached loss < 1 at step {n_u}, the scaled one at "
+            f"{n_s}: not {C7_SLOWER}x slower"
+        )
+        s_at = moving_average(scaled.losses, 20)[C7_STEP]
+        u_at = moving_average(unscaled.losses, 20)[C7_STEP]
+        assert u_at > C7_PLATEAU * unscaled.losses[0], (
+            f"seed {seed}: the unscaled loss moved from {unscaled.losses[0]:.2f} to {u_at:.2f} "
+            f"by step {C7_STEP}: no plateau"
+        )
+        assert s_at < C7_FALLING * scaled.losses[0], (
+            f"seed {seed}: the scaled loss only fell from {scaled.losses[0]:.2f} to {s_at:.2f} "
+            f"by step {C7_STEP}"
+        )
+        worst = min(scaled.accuracy, unscaled.accuracy)
+        assert worst > C7_LEARNED, f"seed {seed}: a run ended at accuracy {worst:.2f}"
+        ratios.append(n_u / n_s)
+    return ratios

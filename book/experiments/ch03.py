@@ -425,6 +425,68 @@ def assert_c10_rises_then_falls(accuracy_by_heads: dict[int, list[float]], *, ma
     return best
 
 
+# C9b's thresholds, from the claim, fixed before the runs (see c9b_specialisation_failures).
+C9B_THRESHOLDS = {
+    "solved": 0.97,  # accuracy on a relation the heads are meant to solve
+    "on relation": 0.8,  # weight a specialised head puts on its relation...
+    "off relation": 0.05,  # ...and at most on the other one
+    "one head solves": 0.95,  # one head: the relation it picked
+    "one head misses": 0.4,  # one head: the other relation (chance is 1/8)
+    "one head focus": 0.6,  # one head: its weight on the relation it picked
+    "one head ignores": 0.1,  # one head: its weight on the other
+    "partner lead": 0.6,  # four heads: the head leading the partner search
+}
+
+
+def c9b_specialisation_failures(run_1: PairsRun, run_2: PairsRun, run_4: PairsRun) -> list[str]:
+    """What contradicts C9b ("different heads learn different patterns") in one seed's runs
+    with 1, 2 and 4 heads on the pairs task; an empty list when the pattern holds.
+
+    With :data:`C9B_THRESHOLDS` ``t``: with two heads both relations are solved (accuracy >
+    ``t["solved"]``) by one head each (> ``t["on relation"]`` of its weight on its relation,
+    < ``t["off relation"]`` on the other); one head solves one relation and misses the other,
+    focusing on the one it solves; four heads solve both, one head on the previous token and
+    one leading the partner search.
+    """
+    t = C9B_THRESHOLDS
+    for name, run, h in (("run_1", run_1, 1), ("run_2", run_2, 2), ("run_4", run_4, 4)):
+        if run.num_heads != h:
+            raise ValueError(f"{name} must be a run with {h} head(s), got {run.num_heads}")
+    failures = []
+    if min(run_2.accuracy) <= t["solved"]:
+        failures.append(f"2 heads: accuracy {run_2.accuracy} does not solve both relations")
+    prev_head = int(run_2.head_mass[:, 0].argmax())
+    partner_head = 1 - prev_head
+    prev, partner = run_2.head_mass[prev_head].tolist(), run_2.head_mass[partner_head].tolist()
+    on, off = t["on relation"], t["off relation"]
+    if not (prev[0] > on and prev[1] < off and partner[1] > on and partner[0] < off):
+        failures.append(
+            f"2 heads: head masses (previous, partner) {prev} and {partner}: not one head per "
+            "relation"
+        )
+    if not (
+        max(run_1.accuracy) > t["one head solves"] and min(run_1.accuracy) < t["one head misses"]
+    ):
+        failures.append(f"1 head: accuracy {run_1.accuracy}, not one relation solved and one not")
+    if not (
+        run_1.head_mass.max() > t["one head focus"]
+        and run_1.head_mass.min() < t["one head ignores"]
+    ):
+        failures.append(f"1 head: masses {run_1.head_mass.tolist()} do not focus on one relation")
+    if min(run_4.accuracy) <= t["solved"]:
+        failures.append(f"4 heads: accuracy {run_4.accuracy} does not solve both relations")
+    if not (run_4.head_mass[:, 0].max() > on and run_4.head_mass[:, 1].max() > t["partner lead"]):
+        failures.append("4 heads: no head on the previous token or none leading the partner search")
+    return failures
+
+
+def assert_c9b_heads_specialise(run_1: PairsRun, run_2: PairsRun, run_4: PairsRun) -> None:
+    """C9b on one seed: fails with every contradiction :func:`c9b_specialisation_failures`
+    finds."""
+    failures = c9b_specialisation_failures(run_1, run_2, run_4)
+    assert not failures, "C9b does not hold: " + "; ".join(failures)
+
+
 def kv_cache_bytes(
     num_layers: int,
     num_kv_heads: int,

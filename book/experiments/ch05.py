@@ -478,6 +478,66 @@ def assert_c16_paths(
 # C19's thresholds, set from the claim before the runs: chance is 1/2; a model "is at chance"
 # when its mean accuracy over seeds is below 0.6, "solves" the task when above 0.9; a run
 # "matches" the prediction from reach when it is within 0.1 of it.
+# C17's thresholds, from the claim ("the topic and the conclusion attend to each other while
+# filler gets little weight"), fixed before the runs.
+C17_SOLVED, C17_TOPIC_OVER_FILLER, C17_SHARP, C17_REVERSE_MAX = 0.95, 10.0, 0.9, 3.0
+
+
+def c17_link_failures(
+    cells: dict[tuple[int, int], float],
+    *,
+    accuracy: float,
+    topic_over_filler: float,
+    reverse_per_uniform: float,
+    filler_mass_linked: float,
+    filler_mass_unlinked: float,
+) -> list[str]:
+    """What contradicts C17 in one trained model at one length; empty when the claim holds.
+
+    ``cells``: the conclusion's weight on the topic (in the head that looks hardest) per
+    (topic, conclusion) combination; ``topic_over_filler``: the mean weight on the topic over
+    that on one filler token; ``reverse_per_uniform``: the topic token's weight on the
+    conclusion in units of 1/L; ``filler_mass_*``: the conclusion's total weight on filler in
+    documents with and without the link (NaN when every document has it).
+
+    The claim holds when the model solves the task (> :data:`C17_SOLVED`), the topic stands
+    far above filler (> :data:`C17_TOPIC_OVER_FILLER` ×), each combination's link is sharp
+    or absent (> :data:`C17_SHARP` or < 1 - C17_SHARP) with at least two sharp ones, and filler
+    gets most of the weight only where the link is absent. The reverse direction is reported
+    as a failure too when it exceeds :data:`C17_REVERSE_MAX` / L: it is not what "attend to
+    each other" predicts, and the book's verdict depends on it.
+    """
+    if not cells:
+        raise ValueError("cells must hold at least one (topic, conclusion) combination")
+    failures = []
+    if accuracy <= C17_SOLVED:
+        failures.append(f"accuracy {accuracy:.3f} does not solve the task")
+    if topic_over_filler <= C17_TOPIC_OVER_FILLER:
+        failures.append(f"the topic gets only {topic_over_filler:.1f}x a filler token's weight")
+    fuzzy = {c: v for c, v in cells.items() if 1 - C17_SHARP <= v <= C17_SHARP}
+    if fuzzy:
+        failures.append(f"links neither sharp nor absent: {fuzzy}")
+    if sum(v > C17_SHARP for v in cells.values()) < 2:
+        failures.append(f"fewer than two sharp links: {cells}")
+    if reverse_per_uniform >= C17_REVERSE_MAX:
+        failures.append(f"the reverse link is {reverse_per_uniform:.1f}/L")
+    if not math.isnan(filler_mass_unlinked) and not (
+        filler_mass_unlinked > 0.5 > filler_mass_linked
+    ):
+        failures.append(
+            f"filler gets {filler_mass_linked:.2f} of the weight with the link and "
+            f"{filler_mass_unlinked:.2f} without it"
+        )
+    return failures
+
+
+def assert_c17_links(cells: dict[tuple[int, int], float], *, where: str, **measured) -> None:
+    """C17 on one model and length (``where`` names them): fails with every contradiction
+    :func:`c17_link_failures` finds."""
+    failures = c17_link_failures(cells, **measured)
+    assert not failures, f"C17 does not hold ({where}): " + "; ".join(failures)
+
+
 C19_CHANCE_BELOW = 0.6
 C19_SOLVED_ABOVE = 0.9
 C19_MATCH = 0.1

@@ -13,7 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from book.experiments.ch02 import (
+    GradientSnapshot,
     RetrievalModel,
+    RetrievalRun,
+    assert_c7_plateau,
     dot_product_scores,
     dot_product_stats,
     gradient_snapshot,
@@ -275,3 +278,43 @@ def test_chapter_2_shows_the_five_steps_before_any_training():
     first_training = source.index("train_retrieval(scaled=")
     assert five_steps < first_training
     assert source.index("print(retrieval_model)") < first_training  # the model, shown first
+
+
+def _run(scaled: bool, losses: list[float], accuracy: float = 1.0) -> RetrievalRun:
+    snapshot = GradientSnapshot(1.0, 1.0, 0.5, 1.0)
+    return RetrievalRun(scaled, 512, losses, 1.0, 0.5, snapshot, accuracy, 0.9)
+
+
+def _curve(start: float, flat_until: int, fall_to: float = 0.1, steps: int = 400) -> list[float]:
+    """A loss that stays at ``start`` until ``flat_until`` and then falls linearly in 50 steps."""
+    return [
+        start if t < flat_until else max(fall_to, start - (start - fall_to) * (t - flat_until) / 50)
+        for t in range(steps)
+    ]
+
+
+def test_c7_assert_passes_a_plateau_and_fails_each_way_the_claim_can_be_false():
+    scaled, plateau = _curve(4.2, 0), _curve(4.2, 200)
+    ratios = assert_c7_plateau({0: (_run(True, scaled), _run(False, plateau))})
+    assert ratios[0] > 1.4
+    # No plateau: the unscaled model learns as fast as the scaled one.
+    with pytest.raises(AssertionError, match="not 1.4x slower"):
+        assert_c7_plateau({0: (_run(True, scaled), _run(False, scaled))})
+    # Slower, but its loss had already dropped by step 100: no plateau there.
+    early_drop = [4.2] + _curve(3.0, 150)[1:]
+    with pytest.raises(AssertionError, match="no plateau"):
+        assert_c7_plateau({0: (_run(True, scaled), _run(False, early_drop))})
+    # The scaled model does not fall "normally" either.
+    with pytest.raises(AssertionError, match="scaled loss only fell"):
+        assert_c7_plateau({0: (_run(True, _curve(4.2, 90)), _run(False, _curve(4.2, 300)))})
+    # The unscaled model never learns within the budget.
+    with pytest.raises(AssertionError, match="unscaled model never"):
+        assert_c7_plateau({0: (_run(True, scaled), _run(False, [4.2] * 400))})
+    # One seed of three fails: the claim must hold on every seed.
+    good = (_run(True, scaled), _run(False, plateau))
+    with pytest.raises(AssertionError, match="seed 2: a run ended at accuracy 0.50"):
+        assert_c7_plateau({0: good, 1: good, 2: (_run(True, scaled), _run(False, plateau, 0.5))})
+    with pytest.raises(ValueError, match="in that order"):
+        assert_c7_plateau({0: (_run(False, plateau), _run(True, scaled))})
+    with pytest.raises(ValueError, match="at least one seed"):
+        assert_c7_plateau({})

@@ -16,9 +16,12 @@ from book.experiments.ch03 import (
     IGNORE,
     SOFTMAX_FLOPS_PER_SCORE,
     PairModel,
+    PairsRun,
     assert_c9a_heads_split_without_new_parameters,
+    assert_c9b_heads_specialise,
     assert_c10_rises_then_falls,
     attention_parameter_count,
+    c9b_specialisation_failures,
     head_relation_mass,
     kv_cache_bytes,
     mha_flops,
@@ -287,3 +290,38 @@ def test_c10_fails_when_quality_does_not_rise_then_fall(acc, message):
 def test_c10_refuses_too_few_head_counts():
     with pytest.raises(ValueError, match="at least 3"):
         assert_c10_rises_then_falls({1: [0.5], 2: [0.9]}, margin=0.1)
+
+
+def _pairs_run(accuracy: tuple[float, float], masses: list[list[float]]) -> PairsRun:
+    return PairsRun(len(masses), 32, 0, [1.0], accuracy, torch.tensor(masses), model=None)
+
+
+SPECIALISED = (  # 1, 2 and 4 heads as the claim predicts (seed 0 of chapter 3)
+    _pairs_run((1.0, 0.21), [[0.99, 0.0]]),
+    _pairs_run((1.0, 1.0), [[0.99, 0.0], [0.0, 0.99]]),
+    _pairs_run((1.0, 1.0), [[0.02, 0.76], [0.97, 0.0], [0.1, 0.35], [0.02, 0.74]]),
+)
+
+
+def test_c9b_passes_specialised_heads_and_fails_when_heads_do_not_specialise():
+    assert c9b_specialisation_failures(*SPECIALISED) == []
+    assert_c9b_heads_specialise(*SPECIALISED)
+    run_1, _, run_4 = SPECIALISED
+    # Two heads that both attend to both relations: they solve the task, but not by splitting.
+    blended = _pairs_run((1.0, 1.0), [[0.5, 0.5], [0.5, 0.5]])
+    with pytest.raises(AssertionError, match="not one head per relation"):
+        assert_c9b_heads_specialise(run_1, blended, run_4)
+    # Two heads that fail the partner relation.
+    with pytest.raises(AssertionError, match="2 heads: accuracy"):
+        assert_c9b_heads_specialise(
+            run_1, _pairs_run((1.0, 0.5), [[0.99, 0.0], [0.0, 0.99]]), run_4
+        )
+    # One head that solves both: nothing forces heads to split work.
+    with pytest.raises(AssertionError, match="1 head: accuracy"):
+        assert_c9b_heads_specialise(_pairs_run((1.0, 1.0), [[0.99, 0.0]]), *SPECIALISED[1:])
+    # Four heads with nobody on the previous token.
+    spread_4 = _pairs_run((1.0, 1.0), [[0.3, 0.7]] * 4)
+    with pytest.raises(AssertionError, match="4 heads: no head"):
+        assert_c9b_heads_specialise(run_1, SPECIALISED[1], spread_4)
+    with pytest.raises(ValueError, match="run_2 must be a run with 2 head"):
+        c9b_specialisation_failures(run_1, run_1, run_4)

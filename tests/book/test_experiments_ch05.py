@@ -22,9 +22,11 @@ from book.experiments.ch05 import (
     MaskedAttnFn,
     SlidingWindowAttnFn,
     assert_c16_paths,
+    assert_c17_links,
     assert_c19_blind_at_chance,
     assert_c19_linear_learns_slower,
     attention_maps,
+    c17_link_failures,
     c19_global_verdict,
     c19_reach_verdict,
     document_vocab_size,
@@ -449,3 +451,33 @@ def test_c19_global_verdict_follows_the_seeds():
     )
     with pytest.raises(ValueError, match="nothing to judge"):
         c19_global_verdict({"1 layer": [0.5]}, {"1 layer": 0.5})
+
+
+C17_GOOD = dict(  # chapter 5's seed 0 at L = 128, roughly
+    accuracy=1.0,
+    topic_over_filler=60.0,
+    reverse_per_uniform=0.9,
+    filler_mass_linked=0.02,
+    filler_mass_unlinked=0.9,
+)
+SHARP_CELLS = {(0, 0): 0.99, (0, 1): 0.01, (1, 0): 0.02, (1, 1): 0.98}
+
+
+def test_c17_passes_sharp_links_and_fails_each_way_the_claim_can_be_false():
+    assert c17_link_failures(SHARP_CELLS, **C17_GOOD) == []
+    assert_c17_links(SHARP_CELLS, where="seed 0, L=128", **C17_GOOD)
+    cases = {
+        "does not solve the task": (SHARP_CELLS, {"accuracy": 0.6}),
+        "only 2.0x a filler token": (SHARP_CELLS, {"topic_over_filler": 2.0}),
+        "neither sharp nor absent": ({**SHARP_CELLS, (0, 1): 0.5}, {}),
+        "fewer than two sharp links": ({c: 0.01 for c in SHARP_CELLS} | {(0, 0): 0.95}, {}),
+        "reverse link is 5.0/L": (SHARP_CELLS, {"reverse_per_uniform": 5.0}),
+        "filler gets 0.70 of the weight with the link": (SHARP_CELLS, {"filler_mass_linked": 0.7}),
+    }
+    for message, (cells, change) in cases.items():
+        with pytest.raises(AssertionError, match=message):
+            assert_c17_links(cells, where="a false case", **(C17_GOOD | change))
+    # Every document linked: no unlinked filler mass to compare, and that is no failure.
+    assert c17_link_failures(SHARP_CELLS, **(C17_GOOD | {"filler_mass_unlinked": math.nan})) == []
+    with pytest.raises(ValueError, match="at least one"):
+        c17_link_failures({}, **C17_GOOD)

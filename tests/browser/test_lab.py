@@ -85,7 +85,11 @@ def free_port() -> int:
 def descendants(pid: int) -> list[int]:
     found = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
-        for child in (task / "children").read_text().split():
+        try:
+            children = (task / "children").read_text().split()
+        except (FileNotFoundError, ProcessLookupError):  # the thread or process just ended
+            continue
+        for child in children:
             found += [int(child), *descendants(int(child))]
     return found
 

@@ -803,17 +803,20 @@ for name in reach_rows:
 #
 # Same one-layer model, same seed (hence the same initial weights and the same documents),
 # same 200 steps; only `attn_fn` changes. The full-attention model is seed 0 of section 5.3.
-# Linear attention gets the two other seeds as well, because its verdict turns on how
-# reliably it learns, which one run cannot show. (The global-token variant is blind in one
-# layer; it is trained in the next subsection, with depth.)
+# BigBird and linear attention get the two other seeds as well, because their verdicts turn
+# on what they learn, which one run cannot show (the window's does not: its mask decides).
+# (The global-token variant is blind in one layer; it is trained in the next subsection, with
+# depth.)
 
 # %%
 runs = {"full attention": dense_run}
 for name in trained_variants:
     runs[name] = train(variants[name], 0, name)
 linear_runs = {0: runs["linear (elu+1)"]}
+bigbird_runs = {0: runs["BigBird, blocks of 8"]}
 for seed in SEEDS[1:]:
     linear_runs[seed] = train(variants["linear (elu+1)"], seed, f"linear (elu+1), seed {seed}")
+    bigbird_runs[seed] = train(variants["BigBird, blocks of 8"], seed, f"BigBird, seed {seed}")
 acc = {name: run.accuracy for name, run in runs.items()}
 acc_long = {"full attention": acc512[0]}
 acc_long |= {name: accuracy(run.model, test512) for name, run in runs.items() if name in variants}
@@ -839,31 +842,40 @@ ax.legend(fontsize=8, loc="lower left")
 ax.figure.set_size_inches(7.5, 4.2)
 
 # %% [markdown]
-# The window cannot see the topic and stays at chance, as its mask predicts; BigBird lands
-# where its reach predicts. Both are judged here, next to their runs, against the
-# predictions written above (within 0.1):
+# The window cannot see the topic, so it must stay at chance: its mask decides that, and the
+# check below fails if anything leaks past it. BigBird is judged by `c19_reach_verdict`
+# against the predictions written above, on all three seeds and at both lengths:
+# "reproduced" when its mean accuracy lands within 0.1 of what its reach predicts.
 
 # %%
 assert_c19_blind_at_chance({"window ±8": [acc["window ±8"], acc_long["window ±8"]]},
                            {"window ±8": predicted["window ±8"]})  # fmt: skip
-for name in ("window ±8", "BigBird, blocks of 8"):  # reach predicts accuracy, at both lengths
-    assert abs(acc[name] - predicted[name]) < 0.1, name
-    assert abs(acc_long[name] - predicted_512[name]) < 0.1, name
-acc_full, acc_window, acc_bigbird = (
-    acc["full attention"],
-    acc["window ±8"],
-    acc["BigBird, blocks of 8"],
-)
+BIGBIRD = "BigBird, blocks of 8"
+acc_bigbird = [run.accuracy for run in bigbird_runs.values()]
+acc_bigbird_512 = [accuracy(run.model, test512) for run in bigbird_runs.values()]
+verdicts_bigbird = [
+    c19_reach_verdict({BIGBIRD: a, "window ±8": [w]}, {BIGBIRD: p[BIGBIRD], "window ±8": 0.5})
+    for a, w, p in ((acc_bigbird, acc["window ±8"], predicted),
+                    (acc_bigbird_512, acc_long["window ±8"], predicted_512))
+]  # fmt: skip
+verdict_bigbird = (
+    "not reproduced" if "not reproduced" in verdicts_bigbird
+    else "reproduced" if set(verdicts_bigbird) == {"reproduced"} else "partly"
+)  # fmt: skip
+for n, accs, p in ((128, acc_bigbird, predicted), (512, acc_bigbird_512, predicted_512)):
+    print(f"BigBird at L={n}: {spread(accs).format('.3f')}; predicted from reach "
+          f"{p[BIGBIRD]:.3f}")  # fmt: skip
+print("verdict:", verdict_bigbird)
+acc_full, acc_window = acc["full attention"], acc["window ±8"]
 record_claim(
     "C19 BigBird",
     claim="Block-sparse attention keeps part of the reach at O(n) cost",
-    experiment="BigBird layout (blocks of 8: window 1, 1 global, 1 random), 1 layer, seed 0, "
-    "200 steps",
-    verdict="reproduced",
-    measured=f"accuracy {acc_bigbird:.2f} vs {predicted['BigBird, blocks of 8']:.2f} predicted "
-    f"from reach ({reach['BigBird, blocks of 8']:.0%} of the topic span) at L=128; "
-    f"{acc_long['BigBird, blocks of 8']:.2f} vs {predicted_512['BigBird, blocks of 8']:.2f} at "
-    f"L=512 (one seed)",
+    experiment="BigBird layout (blocks of 8: window 1, 1 global, 1 random), 1 layer, seeds "
+    "0–2, 200 steps; accuracy against the prediction from reach (within 0.1)",
+    verdict=verdict_bigbird,
+    measured=f"accuracy {spread(acc_bigbird).format('.2f')} vs {predicted[BIGBIRD]:.2f} "
+    f"predicted from reach ({reach[BIGBIRD]:.0%} of the topic span) at L=128; "
+    f"{spread(acc_bigbird_512).format('.2f')} vs {predicted_512[BIGBIRD]:.2f} at L=512",
 )
 
 # %% [markdown]
@@ -1108,7 +1120,7 @@ record_claim(
 # %%
 acc_seeds = {"full attention": [r.accuracy for r in dense_runs.values()],
              "linear (elu+1)": [r.accuracy for r in linear_runs.values()]}  # fmt: skip
-acc_seeds |= {name: [acc[name]] for name in ("window ±8", "BigBird, blocks of 8")}
+acc_seeds |= {"window ±8": [acc["window ±8"]], BIGBIRD: acc_bigbird}
 fig, axes = plt.subplots(1, 2, figsize=(12, 4))
 for i, (name, accs) in enumerate(acc_seeds.items()):
     at2048 = next(c for c in costs[name] if c.seq_len == 2048)
@@ -1209,9 +1221,10 @@ record_claim(
 #   itself global, which in one layer is full attention, and reported success; that test
 #   could not fail. Longformer's global tokens work in models trained far longer; what this
 #   budget shows is that the relay has to be learned, and is not learned quickly.
-# - **BigBird — reproduced** (one seed). The block pattern reaches part of the topic span (the
-#   global first block; at 128 tokens the random block fell outside it), and the accuracy
-#   lands where that reach predicts, at 128 tokens and at 512.
+# - **BigBird — reproduced** (three seeds). The block pattern reaches part of the topic span
+#   (the global first block; at 128 tokens the random block fell outside it), and the mean
+#   accuracy lands where that reach predicts, at 128 tokens and at 512, with the seeds close
+#   together.
 # - **Linear attention — partly reproduced.** It *can* learn the task: it sees every key, and
 #   its best seed classifies as well as full attention. But it learns more slowly — every
 #   seed needed more steps than every full-attention seed, and two of the three did not get

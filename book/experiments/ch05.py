@@ -503,9 +503,10 @@ def c17_link_failures(
     The claim holds when the model solves the task (> :data:`C17_SOLVED`), the topic stands
     far above filler (> :data:`C17_TOPIC_OVER_FILLER` ×), each combination's link is sharp
     or absent (> :data:`C17_SHARP` or < 1 - C17_SHARP) with at least two sharp ones, and filler
-    gets most of the weight only where the link is absent. The reverse direction is reported
-    as a failure too when it exceeds :data:`C17_REVERSE_MAX` / L: it is not what "attend to
-    each other" predicts, and the book's verdict depends on it.
+    gets most of the weight only where the link is absent. The reverse direction must stay
+    below :data:`C17_REVERSE_MAX` / L: the chapter's "partly" rests on its absence (the
+    claim's "each other" does not hold), so a model that learned it must fail this check and
+    send the reader back to the verdict.
     """
     if not cells:
         raise ValueError("cells must hold at least one (topic, conclusion) combination")

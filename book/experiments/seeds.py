@@ -34,9 +34,10 @@ def make_deterministic(seed: int = 0) -> None:
     Torch's deterministic mode also fills each new uninitialised tensor with NaN by default
     (``torch.utils.deterministic.fill_uninitialized_memory``), so that code reading memory it
     never wrote gives the same answer on every run. That fill is a pass over every allocation:
-    it made chapter 1's LSTM training three times slower on the CPU. It is switched off here;
-    what it guards against, a read of unwritten memory, is a bug the library's tests look for
-    directly (an output compared with a float64 reference would not be reproducible).
+    it made chapter 1's LSTM training three times slower on the CPU. It is switched off here.
+    What it guards against, code reading memory it never wrote, would instead show up as
+    numbers that change from run to run, and nbval's comparison of the chapters' checked
+    outputs with a fresh run catches those.
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__} ({seed!r})")

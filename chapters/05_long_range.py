@@ -69,6 +69,7 @@ from book.experiments.ch05 import (
     attention_maps,
     c19_global_verdict,
     c19_reach_verdict,
+    c19_reach_verdict_at_lengths,
     document_vocab_size,
     fit_power,
     make_qkv,
@@ -843,8 +844,9 @@ ax.figure.set_size_inches(7.5, 4.2)
 
 # %% [markdown]
 # The window cannot see the topic, so it must stay at chance: its mask decides that, and the
-# check below fails if anything leaks past it. BigBird is judged by `c19_reach_verdict`
-# against the predictions written above, on all three seeds and at both lengths:
+# check below fails if anything leaks past it. BigBird is judged by
+# `c19_reach_verdict_at_lengths` against the predictions written above, on all three seeds
+# and at both lengths:
 # "reproduced" when its mean accuracy lands within 0.1 of what its reach predicts.
 
 # %%
@@ -853,15 +855,11 @@ assert_c19_blind_at_chance({"window ±8": [acc["window ±8"], acc_long["window �
 BIGBIRD = "BigBird, blocks of 8"
 acc_bigbird = [run.accuracy for run in bigbird_runs.values()]
 acc_bigbird_512 = [accuracy(run.model, test512) for run in bigbird_runs.values()]
-verdicts_bigbird = [
-    c19_reach_verdict({BIGBIRD: a, "window ±8": [w]}, {BIGBIRD: p[BIGBIRD], "window ±8": 0.5})
-    for a, w, p in ((acc_bigbird, acc["window ±8"], predicted),
-                    (acc_bigbird_512, acc_long["window ±8"], predicted_512))
-]  # fmt: skip
-verdict_bigbird = (
-    "not reproduced" if "not reproduced" in verdicts_bigbird
-    else "reproduced" if set(verdicts_bigbird) == {"reproduced"} else "partly"
-)  # fmt: skip
+verdict_bigbird = c19_reach_verdict_at_lengths({
+    n: ({BIGBIRD: a, "window ±8": [w]}, {BIGBIRD: p[BIGBIRD], "window ±8": p["window ±8"]})
+    for n, a, w, p in ((128, acc_bigbird, acc["window ±8"], predicted),
+                       (512, acc_bigbird_512, acc_long["window ±8"], predicted_512))
+})  # fmt: skip
 for n, accs, p in ((128, acc_bigbird, predicted), (512, acc_bigbird_512, predicted_512)):
     print(f"BigBird at L={n}: {spread(accs).format('.3f')}; predicted from reach "
           f"{p[BIGBIRD]:.3f}")  # fmt: skip

@@ -373,8 +373,14 @@ with torch.no_grad():
         print(f"{name:>16}: output {shape}, no error")
         assert shape == (B, L, D)
 
-# %% tags=["raises-exception"]
-make_attention("no contiguous", D, H)(x)
+# %%
+try:
+    make_attention("no contiguous", D, H)(x)
+except RuntimeError as error:  # the one loud bug: view cannot regroup the transposed memory
+    print(f"RuntimeError: {error}")
+    assert "view size is not compatible" in str(error)
+else:
+    raise AssertionError("the module without .contiguous() ran: expected PyTorch to refuse")
 
 # %% [markdown]
 # ### With one head, the bug hides

@@ -573,6 +573,20 @@ def c19_reach_verdict(accuracies: dict[str, Sequence[float]], predicted: dict[st
     return "partly"
 
 
+def c19_reach_verdict_at_lengths(
+    by_length: dict[int, tuple[dict[str, Sequence[float]], dict[str, float]]],
+) -> str:
+    """:func:`c19_reach_verdict` at every length of ``by_length`` (length -> accuracies over
+    seeds, predictions), combined: ``"reproduced"`` only when it is at every length, ``"not
+    reproduced"`` when it is not reproduced at any, ``"partly"`` otherwise."""
+    if not by_length:
+        raise ValueError("by_length must hold at least one length, got none")
+    verdicts = {c19_reach_verdict(acc, pred) for acc, pred in by_length.values()}
+    if "not reproduced" in verdicts:
+        return "not reproduced"
+    return "reproduced" if verdicts == {"reproduced"} else "partly"
+
+
 def assert_c19_linear_learns_slower(
     full_solved: Sequence[int | None],
     linear_solved: Sequence[int | None],

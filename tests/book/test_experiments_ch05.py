@@ -29,6 +29,7 @@ from book.experiments.ch05 import (
     c17_link_failures,
     c19_global_verdict,
     c19_reach_verdict,
+    c19_reach_verdict_at_lengths,
     document_vocab_size,
     fit_power,
     make_qkv,
@@ -481,3 +482,15 @@ def test_c17_passes_sharp_links_and_fails_each_way_the_claim_can_be_false():
     assert c17_link_failures(SHARP_CELLS, **(C17_GOOD | {"filler_mass_unlinked": math.nan})) == []
     with pytest.raises(ValueError, match="at least one"):
         c17_link_failures({}, **C17_GOOD)
+
+
+def test_c19_reach_verdict_at_lengths_holds_only_where_every_length_holds():
+    predicted = {"window": 0.5, "bigbird": 0.62}
+    lands = ({"window": [0.5], "bigbird": [0.62, 0.61, 0.63]}, predicted)
+    misses = ({"window": [0.5], "bigbird": [0.5, 0.5, 0.5]}, predicted)  # reach, no learning
+    leaks = ({"window": [0.9], "bigbird": [0.62]}, predicted)  # the blind one beats chance
+    assert c19_reach_verdict_at_lengths({128: lands, 512: lands}) == "reproduced"
+    assert c19_reach_verdict_at_lengths({128: lands, 512: misses}) == "partly"
+    assert c19_reach_verdict_at_lengths({128: lands, 512: leaks}) == "not reproduced"
+    with pytest.raises(ValueError, match="at least one length"):
+        c19_reach_verdict_at_lengths({})

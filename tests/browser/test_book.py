@@ -31,8 +31,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(600)]
 # more because CI shares its two cores with other work (136 s seen at a load of 18).
 BUILD_SECONDS = 300
 CHAPTERS = sorted((REPO / "chapters").glob("[0-9][0-9]_*.ipynb"))
-# A word only chapter 5 uses (its reading list); BigBird is no longer one (chapters 6, 10, the
-# claims index). The test checks the premise before searching.
+# A word only chapter 5 uses (its reading list); the test checks that premise before searching.
 SEARCH_WORD, SEARCH_CHAPTER = "Reformer", "05_long_range"
 EXTERNAL = re.compile(r"^(https?:)?//", re.IGNORECASE)
 CSS_URL = re.compile(r"""(?:url\(\s*['"]?|@import\s+['"])([^'")\s]+)""", re.IGNORECASE)

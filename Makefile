@@ -71,13 +71,14 @@ NOTEBOOKS := $(wildcard chapters/*.ipynb solutions/*.ipynb exercises/*.ipynb)
 NBVAL     := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
              --nbval-sanitize-with book/notebooks/nbval_sanitize.cfg
 
-# Two notebooks at a time, one thread each (two cores).
+# Two notebooks at a time, one thread each (two cores). The stored outputs are checked under
+# an instruction set other than the one that executed them, where this CPU has one
+# (book/notebooks/isa.py says which, on the first line); rounding-sensitive numbers are
+# compared within their cell's tolerance class (book/notebooks/tolerance.py).
 test-notebooks: venv
-ifeq ($(strip $(NOTEBOOKS)),)
-	@echo "test-notebooks: no notebooks yet"
-else
-	OMP_NUM_THREADS=1 $(PYTEST) $(NBVAL) $(NOTEBOOKS)
-endif
+	@isa_env="$$($(PY) -m book.notebooks.isa $(filter-out exercises/%,$(NOTEBOOKS)))" && \
+	echo "env $$isa_env OMP_NUM_THREADS=1 pytest --nbval-lax ..." && \
+	env $$isa_env OMP_NUM_THREADS=1 $(PYTEST) $(NBVAL) $(NOTEBOOKS)
 
 # The reader's path in a real browser (JupyterLab, and the HTML book): tests/browser/.
 # Skipped, with one line saying how to enable them, where Chromium is missing (not under CI).

@@ -4,8 +4,11 @@
   the kernels get the environment ``make execute`` used (inline figures, fixed hash seed);
   the ``check(...)`` cells of solution notebooks have their output compared even in
   ``--nbval-lax`` mode, so CI fails if a solution stops passing its own check; exercise
-  notebooks (committed without outputs) are only checked for errors;
-  and the run ends with each notebook's execution time and the total.
+  notebooks (committed without outputs) are only checked for errors; every checked cell is
+  compared by ``book.notebooks.tolerance``: words and integers exactly, decimals within the
+  tolerance class its metadata names (exactly if it names none), progress bars left out;
+  and the run ends with each notebook's execution time, the
+  total, and the instruction set the kernels ran under.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ def pytest_collection_modifyitems(config, items):
     if not _nbval_active(config):
         return
     from book.notebooks.common import CHECK_CALL
+    from book.notebooks.tolerance import TOLERANCES, install, tolerance_of
 
     for item in items:
         cell = getattr(item, "cell", None)
@@ -49,6 +53,8 @@ def pytest_collection_modifyitems(config, items):
             options["check"] = False  # committed without outputs: nothing to compare
         elif folder == "solutions" and CHECK_CALL.search(cell.source):
             options["check"] = True  # its stored output is "✓ Exercise NN.k — ..."
+        if options.get("check"):
+            install(item, tolerance_of(cell) or TOLERANCES["exact"])
 
 
 def pytest_runtest_logreport(report):
@@ -66,3 +72,6 @@ def pytest_terminal_summary(terminalreporter):
     for path, seconds in sorted(_durations.items()):
         tr.write_line(f"{path.ljust(width)}  {seconds:7.1f} s")
     tr.write_line(f"{'total'.ljust(width)}  {sum(_durations.values()):7.1f} s")
+    from book.notebooks.isa import describe_environment
+
+    tr.write_line(describe_environment())

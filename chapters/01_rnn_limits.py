@@ -663,7 +663,8 @@ rescued_c3 = {n: sum(x >= C3_USES_SIGNAL for x in a) for n, a in tuned_c3.items(
 print("verdict:", verdict_c3)
 for n, k in rescued_c3.items():
     per_seed = ", ".join(f"{a:.3f}" for a in tuned_c3[n])
-    print(f"{n}: uses the signal on {k} of {len(tuned_c3[n])} seeds (seeds 0-2: {per_seed})")
+    print(f"{n}: uses the signal on {k} of {len(tuned_c3[n])} seeds (seeds 0-2: {per_seed}; "
+          "these depend on the CPU's rounding, the verdict does not)")  # fmt: skip
 record_claim(
     "C3",
     claim="An LSTM on length-500 sequences fails to use features at the start; bigger hidden "
@@ -672,8 +673,13 @@ record_claim(
     "120 steps × batch 16; attention, LSTM 32 and LSTM 32 with forget bias +3/+5 on seeds "
     "0–2, LSTM 128, 32×2 and the control (signal at the end) on seed 0",
     verdict=verdict_c3,
+    # The forget-bias runs are reported by what holds on every CPU (their per-seed accuracies
+    # do not: see the verdict below).
     measured="; ".join(
-        f"{n.replace(', signal at start', '')} {spread(a).format('.2f')}"
+        f"{n} above {C3_USES_SIGNAL} on "
+        + {0: "no seed", len(a): "every seed"}.get(rescued_c3[n], "some seeds, not all")
+        if n in tuned_c3
+        else f"{n.replace(', signal at start', '')} {spread(a).format('.2f')}"
         if len(a) > 1
         else f"{n.replace(', signal at start', '')} {a[0]:.2f} (seed 0)"
         for n, a in acc_c3.items()
@@ -690,9 +696,13 @@ record_claim(
 # position looks straight at the first five tokens, one step away (the zoom).
 #
 # The forget-gate bias is where "not a tuning problem" breaks. A bias of +3 did not help on
-# any seed here, but +5 — a gate that starts out almost fully open — lifted the LSTM to 0.74
-# on seed 0 and to 0.71 on seed 1, above the threshold fixed before the run, while seed 2
-# stayed at chance (0.26): see the dots in the accuracy panel. So the
+# any seed here, but +5 — a gate that starts out almost fully open — lifted the LSTM above
+# the threshold fixed before the run on some seeds while others stayed at chance: see the
+# dots in the accuracy panel and the per-seed line above. *Which* seeds it rescues is itself
+# fragile. Run the same code on the same seeds with another CPU's vector instructions (AVX2
+# instead of AVX-512: `make test` does) and the per-seed accuracies change, because one
+# rounding difference early in training sends a run down another path; the verdict (some
+# seeds rescued, not all) holds on both. So the
 # failure is real at default settings, but it is not a ceiling of the architecture: one line
 # of initialisation moves it, unreliably, within 120 steps. This is what section 1.2
 # predicted: the gate sets how fast the gradient from the read-out decays on its way back to
@@ -931,7 +941,7 @@ print(f"finance - river: {money_sense:+.2f} (money sentence), {river_sense:+.2f}
 #
 # Every number below was measured by this notebook when it ran.
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 claims_table()
 
 # %% [markdown]

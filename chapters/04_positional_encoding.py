@@ -739,7 +739,7 @@ ax = plot_lines(
 reference_line(ax, math.log(16), "chance: ln 16")
 _ = ax.legend(fontsize=8, loc="lower left")
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 print("accuracy on fresh sequences, seed 0; training lengths were 8-32 ('-' = the model refuses)")
 print(f"{'test length':>20}" + "".join(f"{n:>7}" for n in TEST_LENGTHS))
 for name, accs in accuracy.items():
@@ -1004,7 +1004,7 @@ assert float(longer.max()) == 0.0 and float(longer.min()) < float(bias.min())  #
 # %% [markdown]
 # ## Claims checked
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 claims_table()
 
 # %% [markdown]

@@ -907,7 +907,7 @@ fig = window_reach_by_depth()
 # accuracy below `C19_CHANCE_BELOW`, solved above `C19_SOLVED_ABOVE`, and a configuration
 # matches its prediction within 0.1.
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 SHORT_LEN, SHORT_SPAN = 32, 8
 print(f"chance: below {C19_CHANCE_BELOW}; solved: above {C19_SOLVED_ABOVE}")
 depth_configs = {  # name -> (variant, layers, seeds)
@@ -1011,7 +1011,7 @@ record_claim(
 # learns to use it. For every seed: the first step at which the 20-step average loss drops
 # below 0.1 (the task solved; "—" if it never did within 200 steps) and the final accuracy.
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 solved_at = {
     ("full", seed): first_step_below(run.losses, 0.1) for seed, run in dense_runs.items()
 } | {("linear", seed): first_step_below(run.losses, 0.1) for seed, run in linear_runs.items()}
@@ -1235,7 +1235,7 @@ record_claim(
 # %% [markdown]
 # ## Claims checked
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 claims_table()
 
 # %% [markdown]

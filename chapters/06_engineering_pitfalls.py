@@ -318,7 +318,7 @@ ch06.assert_c22_padding_invariance(drift[True], drift[False], atol=ATOL)
 # in a model whose padding argument was never passed). Thresholds: with the mask, accuracy
 # does not change at all; without it, the longest padding costs at least `DROP`.
 
-# %%
+# %% tags=["nbval-check-output"]
 EVAL_PADS = [0, 4, 8, 16, 32]
 DROP = 0.2
 print(f"sequences of {ch06.CLS_MIN_LEN} to {ch06.CLS_MAX_LEN} tokens, up to "
@@ -440,7 +440,7 @@ for pred, meas in overflow.values():
 # the textbook one, for `torch.softmax` (which subtracts the max) and for the package's (float32
 # inside). The predicted limit of the textbook one is `EXP_LIMIT_FP16`:
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="round-off"
 print(f"ln(65504) = {ch06.EXP_LIMIT_FP16:.4f}")
 first_nan = {kind: ch06.first_nan_score(kind) for kind in ("naive", "torch", "package")}
 print({k: v for k, v in first_nan.items()}, "(inf: never, for any finite float16 score)")
@@ -599,7 +599,7 @@ ch06.assert_equal_to_package(mine, package)
 # the dense peak (by at least 1.25×) and its peak does not grow with depth (≤ 1.25× from one
 # layer to `LAYERS`) while dense's does (≥ 1.5×); outputs and gradients equal to `1e-4`.
 
-# %%
+# %% tags=["nbval-check-output"]
 LAYERS = 4
 NS = [128, 256, 512, 1024]
 print("thresholds:", ch06.C24_THRESHOLDS)
@@ -730,7 +730,7 @@ record_claim(
 # %% [markdown]
 # ## Claims checked
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 claims_table()
 
 # %% [markdown]

@@ -103,7 +103,7 @@ fig = patches_to_tokens()
 # convolution (a convolution whose kernel is the patch size and whose stride is the patch
 # size sees each patch exactly once, with the linear layer as its kernel).
 
-# %%
+# %% tags=["nbval-check-output"]
 data = digits()
 n_digits = len(data.train_labels) + len(data.test_labels)
 print(f"{n_digits} digits: train {tuple(data.train_images.shape)}, "
@@ -168,7 +168,7 @@ VIT_WIDTH, VIT_LAYERS = 32, 2
 vit_costs = [ch07.vit_cost(s, 2, d_model=VIT_WIDTH, num_layers=VIT_LAYERS) for s in VIT_SIDES]
 vit_fit = ch07.quadratic_fit([c.tokens for c in vit_costs], [c.flops for c in vit_costs])
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] tolerance="round-off"
 print(f"{'side':>5} {'tokens':>7} {'MFLOP':>9} {'peak MiB':>9} {'FLOPs in attention':>19}")
 for s, c in zip(VIT_SIDES, vit_costs, strict=True):
     share = 4 * VIT_LAYERS * VIT_WIDTH * c.tokens**2 / c.flops
@@ -239,7 +239,7 @@ fig.tight_layout()
 # multiplies them by sixteen. At the sizes of real photographs, with the original ViT's
 # patches of 16 pixels:
 
-# %%
+# %% tags=["nbval-check-output"]
 for side in (224, 1024):
     n_patches = (side // 16) ** 2
     print(f"{side} × {side} pixels: {n_patches} patches, {(n_patches + 1) ** 2:,} scores per "
@@ -297,7 +297,7 @@ acc_digits = {
     for n in SIZES
 }
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 print(f"parameters: ViT {digit_runs['ViT', SIZES[0], 0].n_params}, "
       f"CNN {digit_runs['CNN', SIZES[0], 0].n_params}")  # fmt: skip
 for (name, n), s in acc_digits.items():
@@ -572,7 +572,7 @@ record_claim(
 # 0.25); with the shift it must reach `SOLVED` = 0.90 at every seed. Inside the windows both
 # must reach 0.90.
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 SOLVED, N_COLOURS, COPY_STEPS = 0.90, 4, 150
 copy_runs = {
     (shifted, seed): ch07.train_neighbour_copy(shifted=shifted, seed=seed, steps=COPY_STEPS)
@@ -656,7 +656,7 @@ record_claim(
 # standardised with the mean and standard deviation of the training part only. Errors are
 # mean squared errors in those standardised units.
 
-# %%
+# %% tags=["nbval-check-output"]
 co2 = co2_monthly()
 LOOKBACK, HORIZON, PERIOD = 36, 12, 12
 synthetic_values, synthetic_phase = ch07.synthetic_series(960, period=PERIOD, noise=0.2)
@@ -731,7 +731,7 @@ fig.tight_layout()
 # An addition "helps" if it lowers the mean MSE of the plain Transformer. For Zeng et al.'s
 # anchor, DLinear "beats" a Transformer variant if its mean MSE is lower.
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained-ratio"
 AS_GOOD = 0.10
 FORECAST_STEPS, FORECAST_BATCH, LR_GRID, DEFAULT_LR = 200, 16, (1e-3, 3e-3, 1e-2), 3e-3
 INFORMER_FACTOR = 2
@@ -796,7 +796,7 @@ naive_mse = {
     for series_name, split in splits.items()
 }
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained-ratio"
 for series_name in splits:
     print(f"{series_name}: test MSE (standardised), mean (min, max) over 3 seeds")
     print(f"  {'seasonal naive':>15}: {naive_mse[series_name]:.4f}")
@@ -979,7 +979,7 @@ assert ps_exponent["dense"] > 1.99 and ps_exponent["ProbSparse, c = 5"] < 1.3
 # `MIN_MASS` = 0.5, twice uniform, for every word and every seed, and the digits must be read
 # with accuracy of at least 0.8 (chance 0.1).
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 MIN_MASS, MIN_READ_ACC, READER_STEPS = 0.5, 0.8, 300
 quadrants = ch07.quadrant_patch_mask()  # (4, 16) bool: the patches of each quadrant
 
@@ -1116,7 +1116,7 @@ ch07.assert_clip_uniform_loss(uniform_loss, B_CHECK)
 # (`MIN_RETRIEVAL` = 0.10) in both directions at every seed with the learned temperature. The
 # temperature matters if the runs at $\tau = 1$ retrieve worse on average in both directions.
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 MIN_RETRIEVAL, CLIP_STEPS = 0.10, 250
 train_pairs = (data.train_images, data.train_labels)
 test_pairs = (data.test_images, data.test_labels)
@@ -1233,7 +1233,7 @@ record_claim(
 #
 # ## Claims checked
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 claims_table()
 
 # %% [markdown]

@@ -464,7 +464,7 @@ print(f"interleaved(W) vs correct(W, Q/K/V rows permuted): largest difference {d
 assert difference < 1e-6  # the same function: only float rounding may differ
 MIN_CORRECT, RUIN_GAP, REACH = 0.9, 0.2, 0.05
 
-# %%
+# %% tags=["nbval-check-output"]
 setup = {
     name: p.default
     for name, p in inspect.signature(train_layout).parameters.items()
@@ -496,7 +496,7 @@ for ax, rel in zip(axes, ("previous", "partner"), strict=True):
 axes[0].get_legend().remove()  # one legend, in the empty band of the right panel
 fig.tight_layout()
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] tolerance="trained"
 def mean_range(s):
     return f"{s.mean:.3f} ({s.min:.3f}-{s.max:.3f})"
 
@@ -701,7 +701,7 @@ for name, layout in LAYOUTS.items():
 # %% [markdown]
 # ## Claims checked
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 claims_table()
 
 # %% [markdown]

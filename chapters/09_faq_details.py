@@ -179,7 +179,7 @@ axes[0].get_legend().remove()
 axes[1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # clear of the bars
 fig.tight_layout()
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] tolerance="trained"
 print(f"held-out accuracy over {len(SEEDS)} seeds, mean (min-max); runs with a non-finite loss")
 for name in VARIANTS:
     s, sl = spread(acc[name]), spread(acc_long[name])
@@ -267,7 +267,7 @@ record_claim(
 # (norm-based score or rollout) counts as more faithful if its mean $\tau$ with
 # leave-one-out is at least `GAIN` = 0.1 above raw attention's.
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 MAX_AGREEMENT, FAR, TOL, MIN_FRACTION, GAIN = 0.5, 0.3, 0.01, 0.5, 0.1
 N_IMAGES, N_ADVERSARIAL = 200, 64
 DIGITS = {"steps": 150, "batch_size": 32, "lr": 3e-3}
@@ -294,7 +294,7 @@ tau_att = {m: [mean_rank_correlation(s[m], s["attention"]) for s in scores]
 found = [float(((a.jsd >= FAR) & a.same_prediction & (a.output_change <= TOL)).float().mean())
          for a in adversaries]  # fmt: skip
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] tolerance="trained"
 print(f"rank agreement with leave-one-out over {N_IMAGES} test images, {len(SEEDS)} seeds")
 print(f"{'score':>18} {'Kendall tau':>22} {'Spearman rho':>22}")
 for m in tau:
@@ -519,7 +519,7 @@ for ax, lr in zip(axes, LRS, strict=True):
 axes[1].legend(fontsize=8, loc="lower left")
 fig.tight_layout()
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] tolerance="trained"
 print(f"failed runs out of {len(LRS) * len(SEEDS)}:", failures)
 for (pre, warm), runs in depth_runs.items():
     for lr in LRS:
@@ -622,7 +622,7 @@ for name, c in costs.items():
 # accuracy is at least `WIN_GAP` = 0.1 above the loser's and its worst seed beats the
 # loser's best.
 
-# %%
+# %% tags=["nbval-check-output"]
 WIN_GAP = 0.1
 TASK_SETUP = {"motif": {"n_train": 64, "steps": 200}, "ends": {"n_train": None, "steps": 300}}
 for task, (_, vocab, length, readout) in TASKS.items():
@@ -648,7 +648,7 @@ for ax, (task, title) in zip(axes, TITLES.items(), strict=True):
 axes[0].get_legend().remove()
 fig.tight_layout()
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] tolerance="trained"
 for (task, mixer), values in mixer_runs.items():
     print(f"{task:>6}, {mixer:>11}: {spread(values).format('.3f')}")
 
@@ -679,7 +679,7 @@ record_claim(
 # %% [markdown]
 # ## Claims checked
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 claims_table()
 
 # %% [markdown]

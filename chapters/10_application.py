@@ -151,7 +151,7 @@ fig = capstone_pipeline()
 # two-layer `nn.TransformerEncoder` (pre-LN, `norm_first=True`, with a final LayerNorm) into
 # ours and compare outputs.
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] tolerance="round-off"
 torch.manual_seed(0)
 torch_layer = nn.TransformerEncoderLayer(
     D_MODEL, NUM_HEADS, D_FF, dropout=0.0, batch_first=True, norm_first=True
@@ -214,7 +214,7 @@ print(f"d_model {D_MODEL}, {NUM_HEADS} heads of width {D_MODEL // NUM_HEADS}, d_
 # The threshold for a "working classifier", set from the claim before the run: **every seed
 # at an accuracy of at least 0.85**, eight and a half times chance (10 %).
 
-# %%
+# %% tags=["nbval-check-output"]
 WORKING_ACCURACY = 0.85
 print(f"steps {STEPS}, batch {BATCH_SIZE}, lr {LR}, seeds {SEEDS}; "
       f"{(6 + 3) * len(SEEDS)} encoder trainings in this chapter")
@@ -222,7 +222,7 @@ capstone_runs = train_grid(
     {"learned": partial(DigitsEncoder, "learned")}, data, SEEDS, progress=True
 )["learned"]
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] tolerance="trained"
 capstone_acc = [run.accuracy for run in capstone_runs]
 print(f"test accuracy {spread(capstone_acc).format('.3f')}")
 
@@ -286,7 +286,7 @@ others = {k: b for k, b in positional_builders.items() if k != "learned"}
 new_runs = train_grid(others, data, SEEDS, progress=True)  # "learned" ran in 10.2
 positional_runs = {k: capstone_runs if k == "learned" else new_runs[k] for k in positional_builders}
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] tolerance="trained"
 position_acc = accuracies(positional_runs)
 for label, acc in position_acc.items():
     print(f"{label:20s} accuracy {spread(acc).format('.3f')}")
@@ -426,7 +426,7 @@ attention_builders = {
 attention_runs = {"full": positional_runs["learned"]}
 attention_runs |= train_grid(attention_builders, data, SEEDS, progress=True)
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] tolerance="trained"
 attention_acc = accuracies(attention_runs)
 for label, acc in attention_acc.items():
     print(f"{label:13s} accuracy {spread(acc).format('.3f')}")
@@ -516,7 +516,7 @@ for label, build in progress(cost_models.items(), desc="step cost"):
     torch.manual_seed(0)
     step_costs[label] = training_step_cost(build(), batch_images, batch_labels)
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] tolerance="trained"
 all_acc = position_acc | {k: v for k, v in attention_acc.items() if k != "full"}
 print(f"{'':20s} {'accuracy (mean, min–max)':>26s} {'peak KiB':>9s}")
 for label, cost in step_costs.items():
@@ -688,13 +688,15 @@ baseline_builders = {
 }
 baseline_acc = accuracies(train_grid(baseline_builders, data, SEEDS))
 encoder_best = max(all_acc, key=lambda k: spread(all_acc[k]).mean)
+# Which encoder is best is a near-tie that another CPU's rounding can flip; its accuracy is not.
+print(f"best encoder on this run: {encoder_best}")
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output"] tolerance="trained"
 encoder_flops_per_image = model_flops(DigitsEncoder("learned"), probe[:1])
 mlp_flops_per_image = model_flops(pixel_baseline("mlp"), probe[:1])
 for label, acc in baseline_acc.items():
     print(f"{label:13s} accuracy {spread(acc).format('.3f')}")
-print(f"best encoder: {encoder_best}, {spread(all_acc[encoder_best]).format('.3f')}")
+print(f"best encoder:  accuracy {spread(all_acc[encoder_best]).format('.3f')}")
 print(f"forward FLOPs per image: encoder {encoder_flops_per_image:,}, MLP {mlp_flops_per_image:,}")
 
 # %%
@@ -710,7 +712,7 @@ record_claim(
     "seeds 0–2, vs the best encoder of this chapter",
     verdict="reproduced",
     measured=f"MLP {spread(baseline_acc['MLP']).format('.3f').split(' over')[0]}, linear "
-    f"{spread(baseline_acc['linear model']).mean:.3f} vs best encoder ({encoder_best}) "
+    f"{spread(baseline_acc['linear model']).mean:.3f} vs the best encoder "
     f"{spread(all_acc[encoder_best]).mean:.3f}; forward FLOPs per image "
     f"{mlp_flops_per_image:,} vs {encoder_flops_per_image:,}; step peak "
     f"{mlp_cost.peak_bytes / 1024:.0f} KiB vs {step_costs['learned'].peak_bytes / 1024:.0f} KiB",
@@ -753,7 +755,7 @@ _ = ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
 # chapter has not recorded its claims yet is listed separately, without advice that nothing
 # backs: those are questions their chapters answer.
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 here = [Evidence(c.claim_id, 10, c.verdict, c.measured) for c in claims()]
 elsewhere = [
     Evidence(c.claim_id, c.chapter, c.verdict, c.measured)
@@ -802,7 +804,7 @@ record_claim(
 # %% [markdown]
 # ## Claims checked
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 claims_table()
 
 # %% [markdown]

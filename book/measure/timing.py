@@ -1,7 +1,11 @@
 """Wall-clock timing for the chapters' demonstrations (shown, never asserted: machines differ).
 
-- :func:`time_forward`: the median of a few forward calls, without autograd.
-- :func:`min_seconds`: the fastest of a few calls, the better estimate on a shared machine.
+Both report the fastest of several calls: on a shared machine other processes only ever add
+time, so the minimum is the estimate that noise moves least (a median of three, under a
+browser running beside the kernel, put n = 512 below n = 256).
+
+- :func:`time_forward`: the fastest of a few forward calls, without autograd.
+- :func:`min_seconds`: the fastest of a few calls.
 """
 
 from __future__ import annotations
@@ -14,19 +18,13 @@ import torch
 from attention._checks import check_positive_int
 
 
-def time_forward(fn: Callable[[], object], repeats: int = 3, warmup: int = 1) -> float:
-    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs, after ``warmup`` runs,
+def time_forward(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
+    """Fastest wall-clock seconds of ``fn()`` over ``repeats`` runs, after ``warmup`` runs,
     without autograd. For showing, never for asserting: machines differ."""
     repeats = check_positive_int("repeats", repeats)
     warmup = check_positive_int("warmup", warmup, allow_zero=True)
-    times = []
     with torch.no_grad():
-        for i in range(warmup + repeats):
-            start = time.perf_counter()
-            fn()
-            if i >= warmup:
-                times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+        return min_seconds(fn, repeats=repeats, warmup=warmup)
 
 
 def min_seconds(fn: Callable[[], object], *, repeats: int = 7, warmup: int = 2) -> float:

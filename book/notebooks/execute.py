@@ -33,6 +33,7 @@ from book.notebooks.common import (
     write_ipynb,
 )
 from book.notebooks.common import execute as run_notebook
+from book.notebooks.isa import kernel_cpu_capability
 
 DEFAULT_FOLDERS = ("chapters", "solutions")
 
@@ -75,6 +76,9 @@ def execute_one(py_path: Path, timeout: int) -> float:
     nb.metadata[META_KEY] = {
         "executed_from": py_path.name,
         "execution_seconds": round(seconds, 1),
+        # The instruction set torch's kernels used: `make test` checks the stored outputs
+        # under another one (book.notebooks.isa).
+        "cpu_capability": kernel_cpu_capability(),
     }
     write_ipynb(nb, py_path.with_suffix(".ipynb"))
     return seconds

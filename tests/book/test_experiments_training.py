@@ -203,3 +203,15 @@ def test_torch_threads_restores_the_thread_count_even_after_an_error():
     assert torch.get_num_threads() == before
     with torch_threads(None):
         assert torch.get_num_threads() == before
+
+
+def test_flush_denormals_zeroes_denormals_inside_the_block_only():
+    from book.experiments.training import flush_denormals
+
+    tiny = torch.tensor([1e-39], dtype=torch.float32)  # a float32 denormal
+    assert float(tiny * 1.0) > 0
+    with flush_denormals() as supported:
+        inside = float(tiny * 1.0)
+    assert float(tiny * 1.0) > 0  # switched off again afterwards
+    if supported:
+        assert inside == 0.0

@@ -1,8 +1,12 @@
 r"""Every number a chapter's prose quotes comes from the notebook (STYLE.md, "Chapters").
 
 A number in a markdown cell of ``chapters/NN_*.py`` must appear in the notebook's code or in
-one of its stored outputs (``chapters/NN_*.ipynb``: stream and ``text/plain`` / ``text/markdown``
-/ ``text/html`` outputs, and the recorded claims JSON). The rules, decided once here:
+the stored output of a **checked** cell (``chapters/NN_*.ipynb``, a cell tagged
+``nbval-check-output``: stream and ``text/plain`` / ``text/markdown`` / ``text/html`` outputs,
+and the recorded claims JSON). A checked output is compared with a fresh run on every
+``make test`` — exactly, or within the cell's tolerance class where it depends on rounding
+(``book.notebooks.tolerance``) — so the number the prose quotes is the one a reader's run
+gives, on any CPU. The rules, decided once here:
 
 - **Exempt**: integers 0–10 (counts, small dimensions, list markers); four-digit years next to a
   name or inside parentheses (citations); section numbers (``§4.3``, "section 4.3", a heading's
@@ -196,11 +200,14 @@ def matches(quote: str, produced: set[Decimal]) -> bool:
     return any(abs(p - value) <= half for p in produced if not math.isclose(half, 0))
 
 
+CHECK_TAG = "nbval-check-output"
+
+
 def notebook_texts(py_nb: nbformat.NotebookNode, ipynb: nbformat.NotebookNode | None) -> list[str]:
-    """The code of a notebook and every text its stored outputs hold."""
+    """The code of a notebook and every text its checked cells' stored outputs hold."""
     texts = [c.source for c in py_nb.cells if c.cell_type == "code"]
     for cell in ipynb.cells if ipynb is not None else []:
-        if cell.cell_type != "code":
+        if cell.cell_type != "code" or CHECK_TAG not in cell.metadata.get("tags", []):
             continue
         for output in cell.get("outputs", []):
             if output.get("output_type") == "stream":
@@ -220,7 +227,8 @@ def unmatched_quotes(
     ipynb: nbformat.NotebookNode | None,
     sections: frozenset[str] = frozenset(),
 ) -> list[Quote]:
-    """The numbers the notebook's markdown quotes that neither its code nor its outputs contain."""
+    """The numbers the notebook's markdown quotes that neither its code nor its checked outputs
+    contain."""
     produced = haystack_numbers(notebook_texts(py_nb, ipynb))
     missing = []
     for i, cell in enumerate(py_nb.cells):
@@ -247,20 +255,24 @@ def test_every_number_in_the_prose_comes_from_the_notebook(py: Path):
     missing = unmatched_quotes(read_py(py), ipynb, book_sections())
     assert not missing, (
         f"{py.relative_to(REPO)}: the prose quotes numbers that neither the code nor the stored "
-        "outputs contain (print or record them before quoting, or reword):\n"
-        + "\n".join(f"  cell {q.cell}: {q.text!r} in “…{q.context}…”" for q in missing)
+        "outputs of checked cells contain (print or record them in a cell tagged "
+        "nbval-check-output, with a tolerance class where they depend on rounding, or "
+        "reword):\n" + "\n".join(f"  cell {q.cell}: {q.text!r} in “…{q.context}…”" for q in missing)
     )
 
 
 # --- the matcher itself ---------------------------------------------------------------------
 
 
-def toy(markdown: str, code: str = "x = 1", printed: str | None = None):
-    """A made-up notebook (py twin, executed twin) with one markdown cell and one code cell."""
+def toy(markdown: str, code: str = "x = 1", printed: str | None = None, checked: bool = True):
+    """A made-up notebook (py twin, executed twin) with one markdown cell and one code cell
+    (tagged nbval-check-output unless ``checked`` is false)."""
     py_nb = nbformat.v4.new_notebook()
     py_nb.cells = [nbformat.v4.new_markdown_cell(markdown), nbformat.v4.new_code_cell(code)]
     ipynb = nbformat.v4.new_notebook()
     code_cell = nbformat.v4.new_code_cell(code)
+    if checked:
+        code_cell.metadata["tags"] = [CHECK_TAG]
     if printed is not None:
         code_cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=printed)]
     ipynb.cells = [nbformat.v4.new_markdown_cell(markdown), code_cell]
@@ -277,6 +289,13 @@ def test_a_quoted_number_nobody_printed_fails():
 
 def test_a_printed_number_passes():
     assert missing_in("The model reached 0.731 accuracy.", printed="accuracy 0.7310\n") == []
+
+
+def test_a_number_printed_only_by_an_unchecked_cell_fails():
+    """Its stored value is never compared with a fresh run: it may be stale, or hold on one
+    CPU only."""
+    quoted = "The model reached 0.731 accuracy."
+    assert unmatched_quotes(*toy(quoted, printed="accuracy 0.731\n", checked=False)) != []
 
 
 def test_a_number_in_the_code_passes():

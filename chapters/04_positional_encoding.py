@@ -211,8 +211,11 @@ record_claim(
 # The 2017 Transformer adds to the embedding of the token at position $pos$ a vector whose
 # channels come in pairs, one pair per frequency:
 #
-# $$PE_{pos,\,2i} = \sin\!\left(\frac{pos}{10000^{2i/d}}\right), \qquad
-#   PE_{pos,\,2i+1} = \cos\!\left(\frac{pos}{10000^{2i/d}}\right), \qquad i = 0,\dots,d/2-1.$$
+# $$\begin{gathered}
+# PE_{pos,\,2i} = \sin\!\left(\frac{pos}{10000^{2i/d}}\right), \qquad
+#   PE_{pos,\,2i+1} = \cos\!\left(\frac{pos}{10000^{2i/d}}\right),\\
+# i = 0,\dots,d/2-1.
+# \end{gathered}$$
 #
 # Pair $i$ is a point on the unit circle that turns by $\omega_i = 10000^{-2i/d}$ radians per
 # position. The package's `sinusoidal_encoding(max_len, d_model)` returns the table; here it

@@ -952,10 +952,10 @@ claims_table()
 #
 # ## Exercises
 #
-# Your workbook `my-exercises/03_multi_head.ipynb` (`make lab` copies it there) has five:
-# split heads and merge heads (the checks recognise the usual `view`/`transpose` mistakes);
-# the parameter count of an attention layer with MHA, GQA or MQA; the size of a KV cache; and
-# a multi-head forward pass written from its four weight matrices. Check your answers in the
+# Your workbook `my-exercises/03_multi_head.py` (`make lab` copies it there) has five: split
+# heads and merge heads (the checks recognise the usual `view`/`transpose` mistakes); the
+# parameter count of an attention layer with MHA, GQA or MQA; the size of a KV cache; and a
+# multi-head forward pass written from its four weight matrices. Check your answers in the
 # notebook, or all at once with `make check CH=03`.
 #
 # ## Further reading

@@ -1032,11 +1032,10 @@ claims_table()
 # %% [markdown]
 # ## Exercises
 #
-# Your workbook `my-exercises/04_positional_encoding.ipynb` (`make lab` copies it there) has
-# five: build the sinusoidal table from its formula; compute the wavelength of a channel pair;
-# build the shift matrix $M_k$; implement RoPE's rotate-half rotation; and count BERT-base's
-# position parameters. Check your answers in the notebook, or all at once with `make check
-# CH=04`.
+# Your workbook `my-exercises/04_positional_encoding.py` (`make lab` copies it there) has five:
+# build the sinusoidal table from its formula; compute the wavelength of a channel pair; build
+# the shift matrix $M_k$; implement RoPE's rotate-half rotation; and count BERT-base's position
+# parameters. Check your answers in the notebook, or all at once with `make check CH=04`.
 #
 # ## Further reading
 #

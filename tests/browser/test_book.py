@@ -31,7 +31,7 @@ from tests.browser.conftest import Console, screenshot_dir
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(600)]
 
-# The budget of `make book` is 120 s (about 20 s on this machine unloaded); the test allows
+# The budget of `make book` is 120 s (about 5 s on two cores); the test allows
 # more because CI shares its two cores with other work (136 s seen at a load of 18).
 BUILD_SECONDS = 300
 CHAPTERS = sorted((REPO / "chapters").glob("[0-9][0-9]_*.ipynb"))

@@ -969,10 +969,11 @@ claims_table()
 # %% [markdown]
 # ## Exercises
 #
-# `exercises/01_rnn_limits.ipynb` has five: count the path length between two positions,
-# unroll an RNN by hand (checked against `nn.RNN`), derive the gradient decay of a linear
-# recurrence, compute how far a gradient survives at the decay rates measured here, and write
-# cross-attention (checked against the package). Check your answers with `make check CH=01`.
+# Your workbook `my-exercises/01_rnn_limits.py` (`make lab` copies it there) has five: count the
+# path length between two positions, unroll an RNN by hand (checked against `nn.RNN`), derive
+# the gradient decay of a linear recurrence, compute how far a gradient survives at the decay
+# rates measured here, and write cross-attention (checked against the package). Check your
+# answers with `make check CH=01`.
 #
 # ## Further reading
 #

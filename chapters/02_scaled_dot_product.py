@@ -815,11 +815,11 @@ claims_table()
 #
 # ## Exercises
 #
-# Your workbook `my-exercises/02_scaled_dot_product.ipynb` (`make lab` copies it there) has
-# five: scaled dot-product attention with a mask; the variance of a score for given widths,
-# variances and scale; a softmax that is stable and gives zeros for fully masked rows; the
-# FLOPs of $QK^\top$; and the softmax Jacobian. Check your answers in the notebook, or all at
-# once with `make check CH=02`.
+# Your workbook `my-exercises/02_scaled_dot_product.py` (`make lab` copies it there) has five:
+# scaled dot-product attention with a mask; the variance of a score for given widths, variances
+# and scale; a softmax that is stable and gives zeros for fully masked rows; the FLOPs of
+# $QK^\top$; and the softmax Jacobian. Check your answers in the notebook, or all at once with
+# `make check CH=02`.
 #
 # ## Further reading
 #

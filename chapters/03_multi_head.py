@@ -148,8 +148,10 @@ assert not torch.equal(fetch(order_a, two_heads), fetch(order_b, two_heads))
 # scaled dot-product attention independently on each slice, concatenate the $h$ results, and
 # mix them with an output matrix $W_O$:
 #
-# $$\mathrm{MultiHead}(X) = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)\,W_O,
-# \qquad \mathrm{head}_i = \mathrm{Attention}(X W_Q^{(i)}, X W_K^{(i)}, X W_V^{(i)}).$$
+# $$\begin{gathered}
+# \mathrm{MultiHead}(X) = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)\,W_O,\\
+# \mathrm{head}_i = \mathrm{Attention}(X W_Q^{(i)}, X W_K^{(i)}, X W_V^{(i)}).
+# \end{gathered}$$
 #
 # Our running example is chapter 2's sentence, with random embeddings. The sizes are chosen so
 # that every axis has a different length, which makes the shape printouts unambiguous: batch
@@ -950,10 +952,10 @@ claims_table()
 #
 # ## Exercises
 #
-# Your workbook `my-exercises/03_multi_head.ipynb` (`make lab` copies it there) has five:
-# split heads and merge heads (the checks recognise the usual `view`/`transpose` mistakes);
-# the parameter count of an attention layer with MHA, GQA or MQA; the size of a KV cache; and
-# a multi-head forward pass written from its four weight matrices. Check your answers in the
+# Your workbook `my-exercises/03_multi_head.py` (`make lab` copies it there) has five: split
+# heads and merge heads (the checks recognise the usual `view`/`transpose` mistakes); the
+# parameter count of an attention layer with MHA, GQA or MQA; the size of a KV cache; and a
+# multi-head forward pass written from its four weight matrices. Check your answers in the
 # notebook, or all at once with `make check CH=03`.
 #
 # ## Further reading

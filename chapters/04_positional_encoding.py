@@ -211,8 +211,11 @@ record_claim(
 # The 2017 Transformer adds to the embedding of the token at position $pos$ a vector whose
 # channels come in pairs, one pair per frequency:
 #
-# $$PE_{pos,\,2i} = \sin\!\left(\frac{pos}{10000^{2i/d}}\right), \qquad
-#   PE_{pos,\,2i+1} = \cos\!\left(\frac{pos}{10000^{2i/d}}\right), \qquad i = 0,\dots,d/2-1.$$
+# $$\begin{gathered}
+# PE_{pos,\,2i} = \sin\!\left(\frac{pos}{10000^{2i/d}}\right), \qquad
+#   PE_{pos,\,2i+1} = \cos\!\left(\frac{pos}{10000^{2i/d}}\right),\\
+# i = 0,\dots,d/2-1.
+# \end{gathered}$$
 #
 # Pair $i$ is a point on the unit circle that turns by $\omega_i = 10000^{-2i/d}$ radians per
 # position. The package's `sinusoidal_encoding(max_len, d_model)` returns the table; here it
@@ -1029,11 +1032,10 @@ claims_table()
 # %% [markdown]
 # ## Exercises
 #
-# Your workbook `my-exercises/04_positional_encoding.ipynb` (`make lab` copies it there) has
-# five: build the sinusoidal table from its formula; compute the wavelength of a channel pair;
-# build the shift matrix $M_k$; implement RoPE's rotate-half rotation; and count BERT-base's
-# position parameters. Check your answers in the notebook, or all at once with `make check
-# CH=04`.
+# Your workbook `my-exercises/04_positional_encoding.py` (`make lab` copies it there) has five:
+# build the sinusoidal table from its formula; compute the wavelength of a channel pair; build
+# the shift matrix $M_k$; implement RoPE's rotate-half rotation; and count BERT-base's position
+# parameters. Check your answers in the notebook, or all at once with `make check CH=04`.
 #
 # ## Further reading
 #

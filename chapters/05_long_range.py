@@ -1259,11 +1259,11 @@ claims_table()
 #
 # ## Exercises
 #
-# `exercises/05_long_range.ipynb` has five: the memory of the score table for a given length,
-# heads and dtype; band (sliding-window) attention written with a mask; how many scores a
-# window saves over full attention; linear attention with $\varphi(x) = \mathrm{elu}(x) + 1$;
-# and the longest sequence whose scores fit in a memory budget. Check your answers in the
-# notebook, or all at once with `make check CH=05`.
+# Your workbook `my-exercises/05_long_range.py` (`make lab` copies it there) has five: the
+# memory of the score table for a given length, heads and dtype; band (sliding-window) attention
+# written with a mask; how many scores a window saves over full attention; linear attention with
+# $\varphi(x) = \mathrm{elu}(x) + 1$; and the longest sequence whose scores fit in a memory
+# budget. Check your answers in the notebook, or all at once with `make check CH=05`.
 #
 # ## Further reading
 #

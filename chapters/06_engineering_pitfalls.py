@@ -755,11 +755,12 @@ claims_table()
 #
 # ## Exercises
 #
-# `exercises/06_engineering_pitfalls.ipynb` has five: write a causal mask in the package's
-# polarity; a masked softmax that survives float16 and fully masked rows; a key-padding mask
-# from lengths; the float16 overflow scale; the size of a KV cache. Each check names the
-# typical mistake it sees (the wrong polarity, `-1e9` in float16, the padding mask on the
-# queries, …). Check your answers in the notebook, or all at once with `make check CH=06`.
+# Your workbook `my-exercises/06_engineering_pitfalls.py` (`make lab` copies it there) has five:
+# write a causal mask in the package's polarity; a masked softmax that survives float16 and
+# fully masked rows; a key-padding mask from lengths; the float16 overflow scale; the size of a
+# KV cache. Each check names the typical mistake it sees (the wrong polarity, `-1e9` in float16,
+# the padding mask on the queries, …). Check your answers in the notebook, or all at once with
+# `make check CH=06`.
 #
 # ## Further reading
 #

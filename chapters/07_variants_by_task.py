@@ -1259,8 +1259,8 @@ claims_table()
 #
 # ## Exercises
 #
-# Your workbook `my-exercises/07_variants_by_task.ipynb` (`make lab` copies it there) has
-# five: cut images into patch tokens (in the order the patch embedding expects); write Swin's
+# Your workbook `my-exercises/07_variants_by_task.py` (`make lab` copies it there) has five: cut
+# images into patch tokens (in the order the patch embedding expects); write Swin's
 # shifted-window attention (and roll it back); write CLIP's symmetric loss (both directions);
 # count the attention scores of a ViT layer; and write the seasonal-naive forecast. Check your
 # answers in the notebook, or all at once with `make check CH=07`.

@@ -724,9 +724,9 @@ claims_table()
 #
 # ## Exercises
 #
-# Your workbook `my-exercises/08_attention_by_hand.ipynb` (`make lab` copies it there) has
-# four: unpack `nn.MultiheadAttention`'s weights into the four matrices; write the multi-head
-# forward pass (the check recognises each wrong order of this chapter and names it); write the
+# Your workbook `my-exercises/08_attention_by_hand.py` (`make lab` copies it there) has four:
+# unpack `nn.MultiheadAttention`'s weights into the four matrices; write the multi-head forward
+# pass (the check recognises each wrong order of this chapter and names it); write the
 # comparison test with `nn.MultiheadAttention`; and write the future-leak test. Check your
 # answers in the notebook, or all at once with `make check CH=08`.
 #

@@ -702,10 +702,10 @@ claims_table()
 #
 # ## Exercises
 #
-# `exercises/09_faq_details.ipynb` has four: sigmoid attention weights with the $-\log n$
-# bias, attention rollout, Kendall's $\tau$, and the learning-rate factor of a linear
-# warm-up. Each check names the usual mistakes. Check your answers in the notebook or with
-# `make check CH=09`.
+# Your workbook `my-exercises/09_faq_details.py` (`make lab` copies it there) has four: sigmoid
+# attention weights with the $-\log n$ bias, attention rollout, Kendall's $\tau$, and the
+# learning-rate factor of a linear warm-up. Each check names the usual mistakes. Check your
+# answers in the notebook or with `make check CH=09`.
 #
 # ## Further reading
 #

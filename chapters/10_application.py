@@ -827,11 +827,11 @@ claims_table()
 #
 # ## Exercises
 #
-# Your workbook `my-exercises/10_application.ipynb` (`make lab` copies it there) has four: cut
-# images into patch tokens in reading order; count an encoder layer's FLOPs and the share of
-# its $n^2$ part; pool over real tokens only when a batch is padded; and build the 2-D
-# neighbourhood mask that reading order distorts. Check your answers in the notebook, or all
-# at once with `make check CH=10`.
+# Your workbook `my-exercises/10_application.py` (`make lab` copies it there) has four: cut
+# images into patch tokens in reading order; count an encoder layer's FLOPs and the share of its
+# $n^2$ part; pool over real tokens only when a batch is padded; and build the 2-D neighbourhood
+# mask that reading order distorts. Check your answers in the notebook, or all at once with
+# `make check CH=10`.
 #
 # ## Further reading
 #

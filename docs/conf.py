@@ -28,6 +28,9 @@ myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3
 nb_execution_mode = "off"  # the stored outputs are the book
 nb_merge_streams = True
+# Markdown outputs (each chapter's claims table) as GitHub-flavoured Markdown, which has tables;
+# myst-nb's default, CommonMark, has none and shows a table as a paragraph of "| … |" text.
+nb_render_markdown_format = "gfm"
 suppress_warnings = ["myst.header"]  # chapters may skip a heading level
 # The claims table's machine-readable copy (read back by book.claims_index) is not for readers:
 # the page shows its Markdown form. myst-nb's Sphinx reader renders every type of a bundle before
@@ -43,9 +46,15 @@ html_theme_options = {
     "show_toc_level": 2,
     "use_download_button": True,
     "navigation_with_keys": False,
+    # The sidebar has the search field; without this the header above every page shows
+    # a second one.
+    "navbar_persistent": [],
 }
 html_context = {"default_mode": "auto"}  # light or dark as the reader's system is
-html_show_sourcelink = False  # the download button offers the .ipynb
+html_show_sourcelink = False
+# Long code lines and wide tables wrap to the column (docs/_static/book.css).
+html_static_path = ["_static"]
+html_css_files = ["book.css"]  # the download button offers the .ipynb
 # Result summaries are fetched from the pages, which browsers refuse for a site opened from
 # disk (file://): show titles only, so that search works offline without errors.
 html_show_search_summary = False

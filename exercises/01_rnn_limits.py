@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Exercises, chapter 1 — Why attention: the limits of RNNs
 #
-# Five exercises on chapter 1 (`chapters/01_rnn_limits.ipynb`): count how many steps separate
+# Five exercises on chapter 1 (`chapters/01_rnn_limits.py`): count how many steps separate
 # two tokens, write the recurrence that creates those steps, work out what the steps do to a
 # gradient (once as a formula, once as a number), and build the other kind of attention the
 # chapter met, cross-attention. Each `check(...)` cell tests your function on inputs of its
@@ -28,12 +28,12 @@
 # > `solutions/01_rnn_limits.py`.
 # >
 # > Work in your own copy of this notebook, in `my-exercises/`: `make lab` makes it
-# > (git ignores that folder; the book's `exercises/` stays as generated). Replace each
+# > (git ignores that folder; the book's own copy stays as generated). Replace each
 # > `raise NotImplementedError(...)` with your answer, then run the `check(...)` cell below it:
 # > it prints ✓, or ✗ with a hint. To check every exercise at once, run
 # > `make check CH=01` in a terminal at the root of the repository (it runs a copy of
 # > your notebook; your file is not changed).
-# > Worked answers: `solutions/01_rnn_limits.ipynb`.
+# > Worked answers: `solutions/01_rnn_limits.py`.
 
 # %%
 import math  # noqa: F401  (needed by some answers)

@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Exercises, chapter 2 — Q, K, V and scaled dot-product attention
 #
-# Five exercises on chapter 2 (`chapters/02_scaled_dot_product.ipynb`): two pieces of code
+# Five exercises on chapter 2 (`chapters/02_scaled_dot_product.py`): two pieces of code
 # you will meet in every later chapter, two numbers you should be able to work out on paper,
 # and the derivative that explains why the $1/\sqrt{d_k}$ matters. Each `check(...)` cell
 # tests your function on inputs of its own and prints ✓, or ✗ with a hint.
@@ -27,12 +27,12 @@
 # > `solutions/02_scaled_dot_product.py`.
 # >
 # > Work in your own copy of this notebook, in `my-exercises/`: `make lab` makes it
-# > (git ignores that folder; the book's `exercises/` stays as generated). Replace each
+# > (git ignores that folder; the book's own copy stays as generated). Replace each
 # > `raise NotImplementedError(...)` with your answer, then run the `check(...)` cell below it:
 # > it prints ✓, or ✗ with a hint. To check every exercise at once, run
 # > `make check CH=02` in a terminal at the root of the repository (it runs a copy of
 # > your notebook; your file is not changed).
-# > Worked answers: `solutions/02_scaled_dot_product.ipynb`.
+# > Worked answers: `solutions/02_scaled_dot_product.py`.
 
 # %%
 import math  # noqa: F401  (needed by some answers)

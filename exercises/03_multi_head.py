@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Chapter 3 — Exercises: multi-head attention
 #
-# Five exercises on chapter 3 (`chapters/03_multi_head.ipynb`): the two reshapes at the heart
+# Five exercises on chapter 3 (`chapters/03_multi_head.py`): the two reshapes at the heart
 # of multi-head attention, the parameter count of an attention layer, the size of a KV cache,
 # and a complete multi-head forward pass from its weight matrices. Each exercise defines a
 # function; the cell after it checks your function against the `attention` package on inputs
@@ -25,12 +25,12 @@
 # > `solutions/03_multi_head.py`.
 # >
 # > Work in your own copy of this notebook, in `my-exercises/`: `make lab` makes it
-# > (git ignores that folder; the book's `exercises/` stays as generated). Replace each
+# > (git ignores that folder; the book's own copy stays as generated). Replace each
 # > `raise NotImplementedError(...)` with your answer, then run the `check(...)` cell below it:
 # > it prints ✓, or ✗ with a hint. To check every exercise at once, run
 # > `make check CH=03` in a terminal at the root of the repository (it runs a copy of
 # > your notebook; your file is not changed).
-# > Worked answers: `solutions/03_multi_head.ipynb`.
+# > Worked answers: `solutions/03_multi_head.py`.
 
 # %%
 import math

@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Exercises, chapter 4 — Positional encoding
 #
-# Five exercises on chapter 4 (`chapters/04_positional_encoding.ipynb`): the two encodings
+# Five exercises on chapter 4 (`chapters/04_positional_encoding.py`): the two encodings
 # you will implement in every Transformer you write (the sinusoidal table and RoPE), the
 # matrix behind the claim that a sinusoidal shift is linear, and two numbers worth knowing by
 # heart. Each `check(...)` cell tests your function on inputs of its own and prints ✓, or ✗
@@ -30,12 +30,12 @@
 # > `solutions/04_positional_encoding.py`.
 # >
 # > Work in your own copy of this notebook, in `my-exercises/`: `make lab` makes it
-# > (git ignores that folder; the book's `exercises/` stays as generated). Replace each
+# > (git ignores that folder; the book's own copy stays as generated). Replace each
 # > `raise NotImplementedError(...)` with your answer, then run the `check(...)` cell below it:
 # > it prints ✓, or ✗ with a hint. To check every exercise at once, run
 # > `make check CH=04` in a terminal at the root of the repository (it runs a copy of
 # > your notebook; your file is not changed).
-# > Worked answers: `solutions/04_positional_encoding.ipynb`.
+# > Worked answers: `solutions/04_positional_encoding.py`.
 
 # %%
 import math  # noqa: F401  (needed by some answers)

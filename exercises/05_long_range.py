@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Chapter 5 — Exercises: long-range dependencies and what they cost
 #
-# Five exercises on chapter 5 (`chapters/05_long_range.ipynb`): the memory of the $n \times n$
+# Five exercises on chapter 5 (`chapters/05_long_range.py`): the memory of the $n \times n$
 # score table, band (sliding-window) attention written with a mask, how many scores a window
 # saves, linear attention with $\varphi(x) = \mathrm{elu}(x) + 1$, and the longest sequence
 # whose scores fit in a given memory. Each exercise defines a function; the cell after it
@@ -26,12 +26,12 @@
 # > `solutions/05_long_range.py`.
 # >
 # > Work in your own copy of this notebook, in `my-exercises/`: `make lab` makes it
-# > (git ignores that folder; the book's `exercises/` stays as generated). Replace each
+# > (git ignores that folder; the book's own copy stays as generated). Replace each
 # > `raise NotImplementedError(...)` with your answer, then run the `check(...)` cell below it:
 # > it prints ✓, or ✗ with a hint. To check every exercise at once, run
 # > `make check CH=05` in a terminal at the root of the repository (it runs a copy of
 # > your notebook; your file is not changed).
-# > Worked answers: `solutions/05_long_range.ipynb`.
+# > Worked answers: `solutions/05_long_range.py`.
 
 # %%
 import math

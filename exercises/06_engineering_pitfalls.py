@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Chapter 6 — Exercises: engineering pitfalls
 #
-# Five exercises on chapter 6 (`chapters/06_engineering_pitfalls.ipynb`): three pieces of
+# Five exercises on chapter 6 (`chapters/06_engineering_pitfalls.py`): three pieces of
 # code that are easy to get subtly wrong — a causal mask, a masked softmax, a key-padding
 # mask — and two numbers worth knowing by heart: where float16 overflows in `QKᵀ`, and how big
 # a KV cache is. Each check runs your answer on inputs it chooses and compares it with the
@@ -26,12 +26,12 @@
 # > `solutions/06_engineering_pitfalls.py`.
 # >
 # > Work in your own copy of this notebook, in `my-exercises/`: `make lab` makes it
-# > (git ignores that folder; the book's `exercises/` stays as generated). Replace each
+# > (git ignores that folder; the book's own copy stays as generated). Replace each
 # > `raise NotImplementedError(...)` with your answer, then run the `check(...)` cell below it:
 # > it prints ✓, or ✗ with a hint. To check every exercise at once, run
 # > `make check CH=06` in a terminal at the root of the repository (it runs a copy of
 # > your notebook; your file is not changed).
-# > Worked answers: `solutions/06_engineering_pitfalls.ipynb`.
+# > Worked answers: `solutions/06_engineering_pitfalls.py`.
 
 # %%
 import math

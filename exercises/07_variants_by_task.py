@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Chapter 7 — Exercises: attention for images, time series and two modalities
 #
-# Five exercises on chapter 7 (`chapters/07_variants_by_task.ipynb`): cut images into patch
+# Five exercises on chapter 7 (`chapters/07_variants_by_task.py`): cut images into patch
 # tokens, write Swin's shifted-window attention, write CLIP's symmetric contrastive loss,
 # count the attention scores of a ViT layer, and write the seasonal-naive forecast that every
 # forecaster must beat. Each exercise defines a function; the cell after it checks your
@@ -26,12 +26,12 @@
 # > `solutions/07_variants_by_task.py`.
 # >
 # > Work in your own copy of this notebook, in `my-exercises/`: `make lab` makes it
-# > (git ignores that folder; the book's `exercises/` stays as generated). Replace each
+# > (git ignores that folder; the book's own copy stays as generated). Replace each
 # > `raise NotImplementedError(...)` with your answer, then run the `check(...)` cell below it:
 # > it prints ✓, or ✗ with a hint. To check every exercise at once, run
 # > `make check CH=07` in a terminal at the root of the repository (it runs a copy of
 # > your notebook; your file is not changed).
-# > Worked answers: `solutions/07_variants_by_task.ipynb`.
+# > Worked answers: `solutions/07_variants_by_task.py`.
 
 # %%
 import math

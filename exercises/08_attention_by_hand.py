@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Chapter 8 — Exercises: writing attention by hand
 #
-# Four exercises on chapter 8 (`chapters/08_attention_by_hand.ipynb`): read
+# Four exercises on chapter 8 (`chapters/08_attention_by_hand.py`): read
 # `nn.MultiheadAttention`'s packed weights, write the multi-head forward pass yourself, and
 # write two of the unit tests that catch a broken one. The check after each exercise runs your
 # code on inputs it chooses. For exercise 08.2 it also runs every wrong `view`/`transpose`
@@ -27,12 +27,12 @@
 # > `solutions/08_attention_by_hand.py`.
 # >
 # > Work in your own copy of this notebook, in `my-exercises/`: `make lab` makes it
-# > (git ignores that folder; the book's `exercises/` stays as generated). Replace each
+# > (git ignores that folder; the book's own copy stays as generated). Replace each
 # > `raise NotImplementedError(...)` with your answer, then run the `check(...)` cell below it:
 # > it prints ✓, or ✗ with a hint. To check every exercise at once, run
 # > `make check CH=08` in a terminal at the root of the repository (it runs a copy of
 # > your notebook; your file is not changed).
-# > Worked answers: `solutions/08_attention_by_hand.ipynb`.
+# > Worked answers: `solutions/08_attention_by_hand.py`.
 
 # %%
 import math

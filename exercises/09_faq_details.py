@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Chapter 9 — Exercises: frequently asked details
 #
-# Four exercises on chapter 9 (`chapters/09_faq_details.ipynb`): the weights of sigmoid
+# Four exercises on chapter 9 (`chapters/09_faq_details.py`): the weights of sigmoid
 # attention with the $-\log n$ bias, attention rollout across layers, Kendall's rank
 # correlation (the measure behind "attention is not explanation"), and the learning-rate
 # factor of a linear warm-up. Each exercise defines a function; the cell after it checks
@@ -26,12 +26,12 @@
 # > `solutions/09_faq_details.py`.
 # >
 # > Work in your own copy of this notebook, in `my-exercises/`: `make lab` makes it
-# > (git ignores that folder; the book's `exercises/` stays as generated). Replace each
+# > (git ignores that folder; the book's own copy stays as generated). Replace each
 # > `raise NotImplementedError(...)` with your answer, then run the `check(...)` cell below it:
 # > it prints ✓, or ✗ with a hint. To check every exercise at once, run
 # > `make check CH=09` in a terminal at the root of the repository (it runs a copy of
 # > your notebook; your file is not changed).
-# > Worked answers: `solutions/09_faq_details.ipynb`.
+# > Worked answers: `solutions/09_faq_details.py`.
 
 # %%
 import math

@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Chapter 10 — Exercises: building and costing an encoder
 #
-# Four exercises on chapter 10 (`chapters/10_application.ipynb`): cut images into patch tokens
+# Four exercises on chapter 10 (`chapters/10_application.py`): cut images into patch tokens
 # in reading order, count the FLOPs of one encoder layer and the share that grows with $n^2$,
 # average a padded batch over its real tokens only, and build the 2-D neighbourhood mask that
 # a window in reading order only approximates. Each exercise defines a function; the cell
@@ -26,12 +26,12 @@
 # > `solutions/10_application.py`.
 # >
 # > Work in your own copy of this notebook, in `my-exercises/`: `make lab` makes it
-# > (git ignores that folder; the book's `exercises/` stays as generated). Replace each
+# > (git ignores that folder; the book's own copy stays as generated). Replace each
 # > `raise NotImplementedError(...)` with your answer, then run the `check(...)` cell below it:
 # > it prints ✓, or ✗ with a hint. To check every exercise at once, run
 # > `make check CH=10` in a terminal at the root of the repository (it runs a copy of
 # > your notebook; your file is not changed).
-# > Worked answers: `solutions/10_application.ipynb`.
+# > Worked answers: `solutions/10_application.py`.
 
 # %%
 import torch

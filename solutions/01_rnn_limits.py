@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Exercises, chapter 1 — Why attention: the limits of RNNs
 #
-# Five exercises on chapter 1 (`chapters/01_rnn_limits.ipynb`): count how many steps separate
+# Five exercises on chapter 1 (`chapters/01_rnn_limits.py`): count how many steps separate
 # two tokens, write the recurrence that creates those steps, work out what the steps do to a
 # gradient (once as a formula, once as a number), and build the other kind of attention the
 # chapter met, cross-attention. Each `check(...)` cell tests your function on inputs of its

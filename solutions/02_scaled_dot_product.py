@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Exercises, chapter 2 — Q, K, V and scaled dot-product attention
 #
-# Five exercises on chapter 2 (`chapters/02_scaled_dot_product.ipynb`): two pieces of code
+# Five exercises on chapter 2 (`chapters/02_scaled_dot_product.py`): two pieces of code
 # you will meet in every later chapter, two numbers you should be able to work out on paper,
 # and the derivative that explains why the $1/\sqrt{d_k}$ matters. Each `check(...)` cell
 # tests your function on inputs of its own and prints ✓, or ✗ with a hint.

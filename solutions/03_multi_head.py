@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Chapter 3 — Exercises: multi-head attention
 #
-# Five exercises on chapter 3 (`chapters/03_multi_head.ipynb`): the two reshapes at the heart
+# Five exercises on chapter 3 (`chapters/03_multi_head.py`): the two reshapes at the heart
 # of multi-head attention, the parameter count of an attention layer, the size of a KV cache,
 # and a complete multi-head forward pass from its weight matrices. Each exercise defines a
 # function; the cell after it checks your function against the `attention` package on inputs

@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Exercises, chapter 4 — Positional encoding
 #
-# Five exercises on chapter 4 (`chapters/04_positional_encoding.ipynb`): the two encodings
+# Five exercises on chapter 4 (`chapters/04_positional_encoding.py`): the two encodings
 # you will implement in every Transformer you write (the sinusoidal table and RoPE), the
 # matrix behind the claim that a sinusoidal shift is linear, and two numbers worth knowing by
 # heart. Each `check(...)` cell tests your function on inputs of its own and prints ✓, or ✗

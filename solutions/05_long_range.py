@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Chapter 5 — Exercises: long-range dependencies and what they cost
 #
-# Five exercises on chapter 5 (`chapters/05_long_range.ipynb`): the memory of the $n \times n$
+# Five exercises on chapter 5 (`chapters/05_long_range.py`): the memory of the $n \times n$
 # score table, band (sliding-window) attention written with a mask, how many scores a window
 # saves, linear attention with $\varphi(x) = \mathrm{elu}(x) + 1$, and the longest sequence
 # whose scores fit in a given memory. Each exercise defines a function; the cell after it

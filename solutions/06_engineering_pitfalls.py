@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Chapter 6 — Exercises: engineering pitfalls
 #
-# Five exercises on chapter 6 (`chapters/06_engineering_pitfalls.ipynb`): three pieces of
+# Five exercises on chapter 6 (`chapters/06_engineering_pitfalls.py`): three pieces of
 # code that are easy to get subtly wrong — a causal mask, a masked softmax, a key-padding
 # mask — and two numbers worth knowing by heart: where float16 overflows in `QKᵀ`, and how big
 # a KV cache is. Each check runs your answer on inputs it chooses and compares it with the

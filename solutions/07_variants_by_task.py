@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Chapter 7 — Exercises: attention for images, time series and two modalities
 #
-# Five exercises on chapter 7 (`chapters/07_variants_by_task.ipynb`): cut images into patch
+# Five exercises on chapter 7 (`chapters/07_variants_by_task.py`): cut images into patch
 # tokens, write Swin's shifted-window attention, write CLIP's symmetric contrastive loss,
 # count the attention scores of a ViT layer, and write the seasonal-naive forecast that every
 # forecaster must beat. Each exercise defines a function; the cell after it checks your

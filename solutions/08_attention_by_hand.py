@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Chapter 8 — Exercises: writing attention by hand
 #
-# Four exercises on chapter 8 (`chapters/08_attention_by_hand.ipynb`): read
+# Four exercises on chapter 8 (`chapters/08_attention_by_hand.py`): read
 # `nn.MultiheadAttention`'s packed weights, write the multi-head forward pass yourself, and
 # write two of the unit tests that catch a broken one. The check after each exercise runs your
 # code on inputs it chooses. For exercise 08.2 it also runs every wrong `view`/`transpose`

@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Chapter 9 — Exercises: frequently asked details
 #
-# Four exercises on chapter 9 (`chapters/09_faq_details.ipynb`): the weights of sigmoid
+# Four exercises on chapter 9 (`chapters/09_faq_details.py`): the weights of sigmoid
 # attention with the $-\log n$ bias, attention rollout across layers, Kendall's rank
 # correlation (the measure behind "attention is not explanation"), and the learning-rate
 # factor of a linear warm-up. Each exercise defines a function; the cell after it checks

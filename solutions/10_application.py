@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Chapter 10 — Exercises: building and costing an encoder
 #
-# Four exercises on chapter 10 (`chapters/10_application.ipynb`): cut images into patch tokens
+# Four exercises on chapter 10 (`chapters/10_application.py`): cut images into patch tokens
 # in reading order, count the FLOPs of one encoder layer and the share that grows with $n^2$,
 # average a padded batch over its real tokens only, and build the 2-D neighbourhood mask that
 # a window in reading order only approximates. Each exercise defines a function; the cell

@@ -55,12 +55,12 @@ HEADER = """\
 > `solutions/{name}.py`.
 >
 > Work in your own copy of this notebook, in `my-exercises/`: `make lab` makes it
-> (git ignores that folder; the book's `exercises/` stays as generated). Replace each
+> (git ignores that folder; the book's own copy stays as generated). Replace each
 > `raise NotImplementedError(...)` with your answer, then run the `check(...)` cell below it:
 > it prints ✓, or ✗ with a hint. To check every exercise at once, run
 > `make check CH={chapter}` in a terminal at the root of the repository (it runs a copy of
 > your notebook; your file is not changed).
-> Worked answers: `solutions/{name}.ipynb`."""
+> Worked answers: `solutions/{name}.py`."""
 
 
 class ExerciseError(ValueError):

@@ -10,8 +10,9 @@ Writes three things under ``PREFIX`` (the ``.venv``), each read by JupyterLab at
   shuts its kernel down; the file browser shows names without the last-modified column;
 - ``etc/jupyter/jupyter_server_config.json``, the server's: the file browser
   hides the ``.ipynb`` of each ``NN_slug`` pair (its ``.py`` twin opens the same notebook,
-  outputs included) and the book's pristine ``exercises/`` folder (learners work on their copy
-  in ``my-exercises/``); a kernel no browser tab is connected to is shut down
+  outputs included), the book's pristine ``exercises/`` folder (learners work on their copy
+  in ``my-exercises/``) and the ``*.egg-info`` folder of the editable install; a kernel no
+  browser tab is connected to is shut down
   (:mod:`book.notebooks.lab_kernels`).
 
 Usage: python -m book.notebooks.lab_settings .venv
@@ -37,7 +38,16 @@ OVERRIDES = {
     "@jupyterlab/filebrowser-extension:browser": {"showLastModifiedColumn": False},
 }
 # Names the file browser does not list (jupyter_server's defaults first).
-HIDE_GLOBS = ["__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "[0-9][0-9]_*.ipynb", "exercises"]
+HIDE_GLOBS = [
+    "__pycache__",
+    "*.pyc",
+    "*.pyo",
+    ".DS_Store",
+    "*~",
+    "[0-9][0-9]_*.ipynb",
+    "exercises",
+    "*.egg-info",
+]
 SERVER_CONFIG = {
     "ContentsManager": {"hide_globs": HIDE_GLOBS},
     "ServerApp": {"kernel_manager_class": "book.notebooks.lab_kernels.TabKernelManager"},

@@ -6,8 +6,11 @@ chapter has a page, the build is quick and clean, no page or style sheet points 
 script, style sheet, font or image) need no browser. Then headless Chromium opens the site
 from disk (``file://``), refusing every network request, and checks on each chapter page the
 title, that every figure loaded (``naturalWidth > 0``), that MathJax typeset the math (its
-``mjx-container`` elements, no raw ``$$`` or ``\\(`` left), and no console error; and that
-the search page finds a word of chapter 5. Screenshots go to ``_build/screenshots/book/``.
+``mjx-container`` elements, no raw ``$$`` or ``\\(`` left), and no console error; that its
+"Claims checked" section is a table with one row per claim the notebook recorded; that no
+element of a chapter page or of the claims index is wider than the main column or scrolls
+sideways; and that the search page finds a word of chapter 5 and shows one search field.
+Screenshots go to ``_build/screenshots/book/``.
 """
 
 from __future__ import annotations
@@ -22,15 +25,17 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from book.claims_index import notebook_claims
 from book.notebooks.common import REPO
 from tests.browser.conftest import Console, screenshot_dir
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(600)]
 
-# The budget of `make book` is 120 s (about 20 s on this machine unloaded); the test allows
+# The budget of `make book` is 120 s (about 5 s on two cores); the test allows
 # more because CI shares its two cores with other work (136 s seen at a load of 18).
 BUILD_SECONDS = 300
 CHAPTERS = sorted((REPO / "chapters").glob("[0-9][0-9]_*.ipynb"))
+CLAIMS_INDEX = REPO / "chapters" / "README.md"
 # A word only chapter 5 uses (its reading list); the test checks that premise before searching.
 SEARCH_WORD, SEARCH_CHAPTER = "Reformer", "05_long_range"
 EXTERNAL = re.compile(r"^(https?:)?//", re.IGNORECASE)
@@ -47,8 +52,9 @@ class Site:
     def __init__(self, root: Path, seconds: float, log: str) -> None:
         self.root, self.seconds, self.log = root, seconds, log
 
-    def page(self, chapter: Path) -> Path:
-        return self.root / "chapters" / (chapter.stem + ".html")
+    def page(self, source: Path) -> Path:
+        """The page of a chapter notebook or of the claims index (``chapters/README.md``)."""
+        return self.root / "chapters" / (source.stem + ".html")
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +152,7 @@ def test_the_table_of_contents_lists_every_chapter_and_the_claims_index(site):
     landing = (site.root / "docs" / "index.html").read_text(encoding="utf-8")
     for chapter in CHAPTERS:
         assert f"chapters/{chapter.stem}.html" in landing, f"{chapter.stem} not in the toc"
-    claims = REPO / "chapters" / "README.md"
-    assert ("chapters/README.html" in landing) == claims.exists()
+    assert ("chapters/README.html" in landing) == CLAIMS_INDEX.exists()
 
 
 def test_no_page_fetches_anything_from_another_site(site):
@@ -238,9 +243,86 @@ def test_a_chapter_page_shows_its_title_figures_and_math(site, reader, chapter):
     assert requests == [], f"the page asked the network for {requests}"
 
 
+# Every element of the article column that reaches past its right edge, or that scrolls
+# sideways itself (a code block, a table's scroll container, a display equation), outermost
+# only: "tag.class width/scrollWidth px: text".
+TOO_WIDE = """() => {
+  const column = document.querySelector('main .bd-article');
+  const edge = column.getBoundingClientRect().right;
+  const found = [];
+  for (const el of column.querySelectorAll('*')) {
+    const box = el.getBoundingClientRect();
+    if (box.width === 0 || box.height === 0 || found.some(f => f.el.contains(el))) continue;
+    const overflow = getComputedStyle(el).overflowX;
+    const scrolls = ['auto', 'scroll'].includes(overflow) && el.scrollWidth > el.clientWidth + 1;
+    if (box.right > edge + 1 || scrolls) found.push({el, box});
+  }
+  return found.map(({el, box}) =>
+    `${el.tagName.toLowerCase()}.${el.className} ${Math.round(box.width)}/${el.scrollWidth} px: `
+    + (el.textContent || '').trim().slice(0, 80));
+}"""
+
+
+def claims_rows(page) -> list[str]:
+    """The first cell of each body row of the table(s) in the "Claims checked" section."""
+    tables = page.locator("main section#claims-checked table")
+    assert tables.count() == 1, f"{tables.count()} tables in the claims section, expected 1"
+    tables.first.scroll_into_view_if_needed()
+    return [c.strip() for c in tables.first.locator("tbody tr > td:first-child").all_inner_texts()]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_a_chapter_page_shows_its_claims_as_a_table(site, reader, chapter):
+    page, _, shots = reader
+    open_page(page, site.page(chapter))
+    recorded = [c.claim_id for c in notebook_claims(chapter)]
+    assert recorded, f"{chapter.name} recorded no claims"
+    assert claims_rows(page) == recorded
+    page.evaluate("document.querySelector('section#claims-checked').scrollIntoView()")
+    page.screenshot(path=shots / f"{chapter.stem}_claims.png")
+
+
+@pytest.mark.parametrize(
+    "source", [*CHAPTERS, CLAIMS_INDEX], ids=lambda p: p.stem.replace("README", "claims_index")
+)
+def test_nothing_on_the_page_is_wider_than_the_column(site, reader, source):
+    if not source.exists():
+        pytest.skip(f"no {source.name}")
+    page, _, shots = reader
+    open_page(page, site.page(source))
+    column = page.locator("main .bd-article")
+    assert column.count() == 1
+    too_wide = page.evaluate(TOO_WIDE)
+    width = column.bounding_box()["width"]
+    if source == CLAIMS_INDEX:
+        page.locator("main table").first.scroll_into_view_if_needed()
+        page.screenshot(path=shots / "claims_index.png")
+    assert too_wide == [], f"wider than the {width:.0f} px column:\n" + "\n".join(too_wide)
+
+
+def test_the_width_check_finds_a_long_line(site, reader):
+    page, _, _ = reader
+    open_page(page, site.page(CHAPTERS[0]))
+    page.evaluate(
+        """() => {
+          const pre = document.createElement('pre');
+          pre.style.whiteSpace = 'pre';
+          pre.style.overflowX = 'auto';
+          pre.textContent = 'x'.repeat(400);
+          const table = document.createElement('table');
+          const cell = table.insertRow().insertCell();
+          cell.style.whiteSpace = 'nowrap';
+          cell.textContent = 'y '.repeat(400);
+          document.querySelector('main .bd-article').append(pre, table);
+        }"""
+    )
+    too_wide = page.evaluate(TOO_WIDE)
+    assert [line.split(" ", 1)[0] for line in too_wide] == ["pre.", "table."], too_wide
+
+
 def test_search_finds_a_word_of_chapter_5(site, reader):
     page, requests, shots = reader
-    sources = [*CHAPTERS, REPO / "chapters" / "README.md", REPO / "docs" / "index.md"]
+    sources = [*CHAPTERS, CLAIMS_INDEX, REPO / "docs" / "index.md"]
     using = [p.name for p in sources if SEARCH_WORD.lower() in p.read_text().lower()]
     assert using == [f"{SEARCH_CHAPTER}.ipynb"], f"{SEARCH_WORD!r} is used by {using}: pick another"
     console = open_page(page, site.root / "search.html")
@@ -251,5 +333,12 @@ def test_search_finds_a_word_of_chapter_5(site, reader):
     page.screenshot(path=shots / "search.png")
     assert any(SEARCH_CHAPTER in link for link in links), f"{SEARCH_WORD!r} found in {links}"
     assert all(SEARCH_CHAPTER in link for link in links)  # only chapter 5 uses the word
+    # One search field: the page's own (the sidebar's button opens the same search; the theme's
+    # header would add another, above the page).
+    fields = page.locator("input[type=search], .search-button-field").filter(visible=True)
+    where = fields.evaluate_all(
+        "els => els.map(e => e.closest('#pst-header, #pst-primary-sidebar, main')?.id)"
+    )
+    assert sorted(where) == ["main-content", "pst-primary-sidebar"], where
     assert requests == [], f"the page asked the network for {requests}"
     assert console.errors == [], "console errors:\n" + "\n".join(console.errors)

@@ -177,7 +177,9 @@ def test_header_follows_the_title_and_says_how_to_check(solution):
     assert nb.cells[0].source == "# Chapter 42: toy"
     header = nb.cells[1].source
     assert nb.cells[1].cell_type == "markdown"
-    assert "make check CH=42" in header and "solutions/42_toy.ipynb" in header
+    assert "make check CH=42" in header
+    # The worked answers as JupyterLab lists them: the .py twin (the .ipynb is hidden).
+    assert "Worked answers: `solutions/42_toy.py`" in header
 
 
 def test_generated_lines_fit_the_line_length_with_a_long_slug(tmp_path):

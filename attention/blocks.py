@@ -322,6 +322,14 @@ class SequenceClassifier(nn.Module):
                 raise ValueError(
                     f"lengths must have shape (batch,) = ({b},), got {tuple(lengths.shape)}"
                 )
+            integer = lengths.dtype != torch.bool and not (
+                lengths.is_floating_point() or lengths.is_complex()
+            )  # other dtypes are refused by padding_mask
+            if integer and lengths.numel() and int(lengths.max()) > l:
+                raise ValueError(
+                    f"lengths must be <= the sequence length of tokens ({l}), got a length of "
+                    f"{int(lengths.max())}"
+                )
             keep = padding_mask(lengths, l, device=tokens.device)[:, 0, 0, :]  # (B, L)
         else:
             keep = padding_mask_from_keep(keep)[:, 0, 0, :]  # (B, L)

@@ -32,20 +32,47 @@ def safe_softmax(scores: Tensor, *, dim: int = -1) -> Tensor:
 
     A fully masked row has no key to attend to; the convention (torch >= 2.5's SDPA too) is an
     all-zero weight row, hence a zero output. Gradients stay finite: the masked entries never
-    reach ``exp`` with a NaN.
+    reach ``exp`` with a NaN. A 0-dim ``scores`` is one row of one entry, as in
+    ``torch.softmax``: ``1`` (``0`` for ``-inf``).
+
+    A ``+inf`` score is refused (``ValueError``): its softmax is ``inf / inf`` (torch returns
+    NaN), and the limit is not defined when a row holds two of them. The check reads the row
+    maxima the shift computes anyway, so it costs no pass over ``scores``. NaN scores are not
+    scanned and give NaN in their row (the package's NaN policy). The attention functions
+    compute their scores from their inputs and apply the same softmax without this check, so
+    an inf in an input propagates as the NaN policy says instead of raising.
     """
     check_float("scores", scores)
     check_dim("dim", dim, scores.dim())
+    if scores.dim() == 0:  # one row of one entry
+        return safe_softmax(scores.reshape(1), dim=0).reshape(())
+    weights, row_max = _softmax_and_row_max(scores, dim)
+    n_pos_inf = int((row_max == float("inf")).sum())
+    if n_pos_inf:
+        raise ValueError(
+            f"scores must be finite or -inf (= not allowed), got {n_pos_inf} rows holding +inf "
+            f"(softmax of +inf is inf / inf, undefined)"
+        )
+    return weights
+
+
+def _softmax(scores: Tensor, dim: int = -1) -> Tensor:
+    """:func:`safe_softmax` without its argument checks, for scores computed from inputs."""
+    return _softmax_and_row_max(scores, dim)[0]
+
+
+def _softmax_and_row_max(scores: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+    """Softmax along ``dim`` (zeros for an all ``-inf`` row) and the detached row maxima."""
     if scores.shape[dim] == 0:  # no keys at all: nothing to attend to
-        return torch.zeros_like(scores)
+        return torch.zeros_like(scores), scores.detach().sum(dim=dim, keepdim=True)
     # The shift only guards exp against overflow (softmax ignores it): detached, so that
     # autograd neither keeps the scores for amax's backward nor routes gradient through it.
     row_max = scores.detach().amax(dim=dim, keepdim=True)
     # A row of -inf has max -inf; subtracting it would give (-inf) - (-inf) = NaN.
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    exp = torch.exp(scores - row_max)
+    shift = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    exp = torch.exp(scores - shift)
     denom = exp.sum(dim=dim, keepdim=True)
-    return exp / torch.where(denom == 0, torch.ones_like(denom), denom)
+    return exp / torch.where(denom == 0, torch.ones_like(denom), denom), row_max
 
 
 def scaled_dot_product_attention(
@@ -117,7 +144,7 @@ def scaled_dot_product_attention(
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
 
-    weights = safe_softmax(scores, dim=-1)  # (B, H, Lq, Lk)
+    weights = _softmax(scores, dim=-1)  # (B, H, Lq, Lk)
     dropped = weights
     if training and dropout_p > 0.0:
         keep = torch.rand(weights.shape, device=weights.device, generator=generator) >= dropout_p

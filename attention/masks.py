@@ -16,6 +16,7 @@ from ._checks import (
     check_float_dtype,
     check_positive_int,
     check_rank,
+    check_same_device,
     check_tensor,
 )
 
@@ -126,8 +127,9 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
         if m.dtype != torch.bool:
             raise TypeError(f"masks[{idx}] must be a bool mask (True = may attend), got {m.dtype}")
         if out is None:
-            out = m
+            out, first = m, idx
             continue
+        check_same_device(f"masks[{idx}]", m, f"masks[{first}]", out)
         try:
             shape = torch.broadcast_shapes(out.shape, m.shape)
         except RuntimeError as err:

@@ -22,8 +22,17 @@ import math
 
 import torch
 
-from ._checks import check_choice, check_mask, check_qkv, compute_dtype, resolve_scale
-from .functional import safe_softmax
+from ._checks import (
+    check_choice,
+    check_float,
+    check_mask,
+    check_qkv,
+    check_same_device,
+    check_tensor,
+    compute_dtype,
+    resolve_scale,
+)
+from .functional import _softmax
 
 Tensor = torch.Tensor
 
@@ -42,6 +51,27 @@ def _check_bias(bias: object) -> float | None:
     return float(bias)
 
 
+def _check_allowed(allowed: object, scores: Tensor) -> Tensor:
+    """``allowed`` of :func:`normalize_scores`: a bool tensor on ``scores``' device that
+    broadcasts to ``scores``' shape."""
+    check_tensor("allowed", allowed)
+    if allowed.dtype != torch.bool:
+        raise TypeError(
+            f"allowed must be a bool tensor (True = may attend), got dtype {allowed.dtype}"
+        )
+    check_same_device("allowed", allowed, "scores", scores)
+    try:
+        fits = torch.broadcast_shapes(allowed.shape, scores.shape) == scores.shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"allowed must broadcast to the shape of scores {tuple(scores.shape)}, got shape "
+            f"{tuple(allowed.shape)}"
+        )
+    return allowed
+
+
 def normalize_scores(
     scores: Tensor,
     *,
@@ -58,6 +88,7 @@ def normalize_scores(
         bias: only for ``"sigmoid"``: added to every score; ``None`` = ``−log n``, ``n`` the
             number of allowed keys of the row (at least 1).
     """
+    check_float("scores", scores)
     check_choice("normalizer", normalizer, NORMALIZERS)
     bias = _check_bias(bias)
     if bias is not None and normalizer != "sigmoid":
@@ -66,10 +97,10 @@ def normalize_scores(
         )
     if allowed is None:
         allowed = torch.ones((), dtype=torch.bool, device=scores.device)
-    allowed = allowed.expand_as(scores)  # (..., Lq, Lk)
+    allowed = _check_allowed(allowed, scores).expand_as(scores)  # (..., Lq, Lk)
     zero = torch.zeros_like(scores)
     if normalizer == "softmax":
-        return safe_softmax(scores.masked_fill(~allowed, float("-inf")))
+        return _softmax(scores.masked_fill(~allowed, float("-inf")))
     if normalizer == "sigmoid":
         if bias is None:
             n = allowed.sum(dim=-1, keepdim=True).clamp(min=1).to(scores.dtype)  # (..., Lq, 1)

@@ -125,7 +125,7 @@ class ViTEmbedding(nn.Module):
         self.pos_embedding = nn.Parameter(torch.zeros(1, self.num_tokens, d_model))
         nn.init.trunc_normal_(self.cls_token, std=0.02)
         nn.init.trunc_normal_(self.pos_embedding, std=0.02)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(check_probability("dropout", dropout))
 
     def forward(self, images: Tensor) -> Tensor:
         x = self.patches(images)  # (B, N, D)

@@ -34,6 +34,7 @@ from attention.functional import safe_softmax
 from attention.functional import scaled_dot_product_attention as sdpa
 from attention.heads import MultiHeadAttention
 from attention.masks import causal_mask, padding_mask, sliding_window_mask, to_additive
+from attention.normalizers import normalize_scores
 from attention.positional import (
     LearnedPositionalEmbedding,
     alibi_bias,
@@ -381,6 +382,38 @@ CASES = {
         lambda: safe_softmax(torch.zeros(2, 3, dtype=torch.int64)),
         TypeError,
         r"scores must be a floating-point tensor",
+    ),
+    "safe_softmax +inf score": (
+        lambda: safe_softmax(torch.tensor([[float("inf"), 0.0], [1.0, 0.0]])),
+        ValueError,
+        r"scores must be finite or -inf \(= not allowed\), got 1 rows holding \+inf",
+    ),
+    "normalize_scores float allowed": (
+        lambda: normalize_scores(torch.zeros(2, 3), allowed=torch.ones(2, 3)),
+        TypeError,
+        r"allowed must be a bool tensor \(True = may attend\), got dtype torch.float32",
+    ),
+    "normalize_scores allowed of another shape": (
+        lambda: normalize_scores(torch.zeros(2, 3), allowed=torch.ones(2, 2, dtype=torch.bool)),
+        ValueError,
+        r"allowed must broadcast to the shape of scores \(2, 3\), got shape \(2, 2\)",
+    ),
+    "normalize_scores allowed on another device": (
+        lambda: normalize_scores(
+            torch.zeros(2, 3), allowed=torch.ones(2, 3, dtype=torch.bool, device=META)
+        ),
+        ValueError,
+        r"allowed must be on the same device as scores \(cpu\), got meta",
+    ),
+    "normalize_scores integer scores": (
+        lambda: normalize_scores(torch.zeros(2, 3, dtype=torch.int64)),
+        TypeError,
+        r"scores must be a floating-point tensor .* got dtype torch.int64",
+    ),
+    "ViTEmbedding dropout 1": (
+        lambda: vision.ViTEmbedding(8, 4, 3, 16, dropout=1.0),
+        ValueError,
+        r"dropout must be in \[0, 1\), got 1.0",
     ),
     "window_partition on a list": (
         lambda: vision.window_partition([[1.0]], window=2),

@@ -184,6 +184,11 @@ CASES = {
         r"masks\[1\] of shape \(4, 4\) does not broadcast with the masks before it "
         r"\(shape \(3, 3\)\)",
     ),
+    "masks on two devices": (
+        lambda: combine_masks(None, causal_mask(3), causal_mask(3, device="meta")),
+        ValueError,
+        r"masks\[2\] must be on the same device as masks\[1\] \(cpu\), got meta",
+    ),
     "block_size < 1": (
         lambda: block_layout_to_mask(torch.ones(2, 2, dtype=torch.bool), 0),
         ValueError,

@@ -18,13 +18,9 @@ from attention.blocks import (
 )
 from attention.heads import MultiHeadAttention
 from attention.masks import causal_mask, from_key_padding_mask, padding_mask
+from tests.attention.inputs import close
 
 FAST = settings(max_examples=25, deadline=None)
-TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
-
-
-def close(a, b, dtype=torch.float32):
-    torch.testing.assert_close(a, b, atol=TOL[dtype], rtol=TOL[dtype])
 
 
 def _randomize_norms(module: nn.Module) -> None:

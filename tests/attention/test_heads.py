@@ -19,14 +19,10 @@ from attention.masks import (
     padding_mask,
 )
 from attention.positional import RotaryEmbedding, apply_rope
+from tests.attention.inputs import close
 from tests.reference import naive_attention_float64
 
 FAST = settings(max_examples=30, deadline=None)
-TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
-
-
-def close(a, b, dtype=torch.float32):
-    torch.testing.assert_close(a, b, atol=TOL[dtype], rtol=TOL[dtype])
 
 
 # --- split / merge ------------------------------------------------------------------------------

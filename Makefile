@@ -72,12 +72,10 @@ NBVAL     := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
              --nbval-sanitize-with book/notebooks/nbval_sanitize.cfg
 
 # Two notebooks at a time, one thread each (two cores).
+# With no executed notebook, pytest would be handed no path and run every test instead.
 test-notebooks: venv
-ifeq ($(strip $(NOTEBOOKS)),)
-	@echo "test-notebooks: no notebooks yet"
-else
+	@test -n "$(strip $(NOTEBOOKS))" || { echo "test-notebooks: no executed notebook found (run make execute)"; exit 1; }
 	OMP_NUM_THREADS=1 $(PYTEST) $(NBVAL) $(NOTEBOOKS)
-endif
 
 # The reader's path in a real browser (JupyterLab, and the HTML book): tests/browser/.
 # Skipped, with one line saying how to enable them, where Chromium is missing (not under CI).

@@ -91,8 +91,8 @@ class CrossAttentionBlock(nn.Module):
         self,
         x: Tensor,
         context: Tensor,
-        mask: Tensor | None = None,
         *,
+        mask: Tensor | None = None,
         need_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Returns ``(B, Lq, d_model)``; with ``need_weights`` also the per-head weights

@@ -363,7 +363,7 @@ class WindowAttention(nn.Module):
         self.relative_bias = RelativePositionBias(window, num_heads)
 
     def forward(
-        self, windows: Tensor, mask: Tensor | None = None, *, need_weights: bool = False
+        self, windows: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         n = self.window * self.window
         check_module_input("windows", windows, self)
@@ -483,7 +483,7 @@ class SwinBlock(nn.Module):
         if rows or cols:
             grid = cyclic_shift(grid, shift=(rows, cols))
         windows = window_partition(grid, window=self.window)  # (B·nW, w², C)
-        windows = self.attn(windows, self.region_mask)  # (B·nW, w², C)
+        windows = self.attn(windows, mask=self.region_mask)  # (B·nW, w², C)
         grid = window_reverse(windows, window=self.window, height=h, width=w)  # (B, H, W, C)
         if rows or cols:
             grid = cyclic_shift(grid, shift=(-rows, -cols))

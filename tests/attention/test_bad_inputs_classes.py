@@ -96,7 +96,7 @@ CASES = {
     ),
     "WindowAttention mask on another device": (
         lambda: vision.WindowAttention(8, 2, 2)(
-            torch.zeros(2, 4, 8), torch.ones(1, 4, 4, dtype=torch.bool, device=META)
+            torch.zeros(2, 4, 8), mask=torch.ones(1, 4, 4, dtype=torch.bool, device=META)
         ),
         ValueError,
         r"mask must be on the device of windows \(cpu\), got a mask on meta",

@@ -110,7 +110,7 @@ def test_swin_block_8x4_shifts_rows_only_and_matches_a_hand_built_mask():
     x = torch.randn(1, 32, 8)
     grid = x.view(1, 8, 4, 8)
     rolled = torch.roll(grid, shifts=(-2, 0), dims=(1, 2)).reshape(2, 16, 8)
-    windows = block.attn(rolled, mask).view(1, 8, 4, 8)
+    windows = block.attn(rolled, mask=mask).view(1, 8, 4, 8)
     expected = torch.roll(windows, shifts=(2, 0), dims=(1, 2)).reshape(1, 32, 8)
     torch.testing.assert_close(block.attend_windows(x), expected, rtol=0, atol=0)
 

@@ -135,6 +135,14 @@ CASES = {
         lambda: vision.WindowAttention(6, 2, 2)(torch.randn(4, 4, 6), return_weights=True),
         lambda: vision.WindowAttention(6, 2, 2)(torch.randn(4, 4, 6), need_weights=True),
     ),
+    "WindowAttention.forward mask keyword-only": (
+        lambda: vision.WindowAttention(6, 2, 2)(torch.randn(4, 4, 6), None),
+        lambda: vision.WindowAttention(6, 2, 2)(torch.randn(4, 4, 6), mask=None),
+    ),
+    "CrossAttentionBlock.forward mask keyword-only": (
+        lambda: CrossAttentionBlock(8, 2)(X, X, None),
+        lambda: CrossAttentionBlock(8, 2)(X, X, mask=None),
+    ),
     "ViTEmbedding dropout keyword-only": (
         lambda: vision.ViTEmbedding(8, 4, 3, 6, 0.1),
         lambda: vision.ViTEmbedding(8, 4, 3, 6, dropout=0.1),

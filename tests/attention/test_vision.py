@@ -286,9 +286,9 @@ def test_window_attention_rejects_bad_inputs():
     with pytest.raises(ValueError, match=r"windows must have shape \(B\*nW, 4, 8\)"):
         attn(torch.randn(3, 5, 8))
     with pytest.raises(TypeError, match=r"mask must be a bool tensor"):
-        attn(torch.randn(4, 4, 8), torch.zeros(2, 4, 4))
+        attn(torch.randn(4, 4, 8), mask=torch.zeros(2, 4, 4))
     with pytest.raises(ValueError, match=r"mask must have shape \(nW, 4, 4\)"):
-        attn(torch.randn(4, 4, 8), torch.ones(3, 4, 4, dtype=torch.bool))
+        attn(torch.randn(4, 4, 8), mask=torch.ones(3, 4, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"d_model \(6\) must be divisible by num_heads \(4\)"):
         WindowAttention(6, 2, 4)
 

@@ -24,11 +24,9 @@ from ._checks import (
     compute_dtype,
     resolve_scale,
 )
-from .masks import causal_mask, combine_masks, to_additive
+from .masks import CAUSAL_ALIGNMENTS, causal_mask, combine_masks, to_additive
 
 Tensor = torch.Tensor
-
-CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
 
 
 def safe_softmax(scores: Tensor, *, dim: int = -1) -> Tensor:
@@ -140,7 +138,9 @@ def scaled_dot_product_attention(
     scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Lq, Lk)
     allowed = None
     if causal and lq > 0 and lk > 0:  # an empty side has nothing to mask
-        allowed = causal_mask(lq, lk, alignment=causal_alignment, device=q.device)  # (Lq, Lk)
+        allowed = causal_mask(  # (Lq, Lk)
+            lq, lk, causal_alignment=causal_alignment, device=q.device
+        )
     if mask is not None and mask.dtype == torch.bool:
         allowed = mask if allowed is None else allowed & mask
     elif mask is not None:

@@ -301,9 +301,9 @@ CASES = {
         r"num_heads must be >= 1, got 0",
     ),
     "alibi unknown alignment": (
-        lambda: alibi_bias(4, 3, 5, alignment="right"),
+        lambda: alibi_bias(4, 3, 5, causal_alignment="right"),
         ValueError,
-        r"alignment must be one of \['top_left', 'bottom_right'\], got 'right'",
+        r"causal_alignment must be one of \['top_left', 'bottom_right'\], got 'right'",
     ),
 }
 

@@ -30,6 +30,7 @@ from attention.positional import (
     LearnedPositionalEmbedding,
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
+    alibi_bias,
     rope_angles,
     sinusoidal_encoding,
 )
@@ -86,6 +87,14 @@ CASES = {
     "DecoderBlock dropout and causal keyword-only": (
         lambda: DecoderBlock(8, 2, 16, 0.0, False),
         lambda: DecoderBlock(8, 2, 16, dropout=0.0, causal=False),
+    ),
+    "causal_mask alignment -> causal_alignment": (
+        lambda: causal_mask(3, 4, alignment="bottom_right"),
+        lambda: causal_mask(3, 4, causal_alignment="bottom_right"),
+    ),
+    "alibi_bias alignment -> causal_alignment": (
+        lambda: alibi_bias(2, 3, 4, alignment="bottom_right"),
+        lambda: alibi_bias(2, 3, 4, causal_alignment="bottom_right"),
     ),
     "sinusoidal_encoding base keyword-only": (
         lambda: sinusoidal_encoding(10, 8, 100.0),

@@ -27,8 +27,6 @@ from ._checks import (
     check_float,
     check_mask,
     check_qkv,
-    check_same_device,
-    check_tensor,
     compute_dtype,
     resolve_scale,
 )
@@ -51,40 +49,20 @@ def _check_bias(bias: object) -> float | None:
     return float(bias)
 
 
-def _check_allowed(allowed: object, scores: Tensor) -> Tensor:
-    """``allowed`` of :func:`normalize_scores`: a bool tensor on ``scores``' device that
-    broadcasts to ``scores``' shape."""
-    check_tensor("allowed", allowed)
-    if allowed.dtype != torch.bool:
-        raise TypeError(
-            f"allowed must be a bool tensor (True = may attend), got dtype {allowed.dtype}"
-        )
-    check_same_device("allowed", allowed, "scores", scores)
-    try:
-        fits = torch.broadcast_shapes(allowed.shape, scores.shape) == scores.shape
-    except RuntimeError:
-        fits = False
-    if not fits:
-        raise ValueError(
-            f"allowed must broadcast to the shape of scores {tuple(scores.shape)}, got shape "
-            f"{tuple(allowed.shape)}"
-        )
-    return allowed
-
-
 def normalize_scores(
     scores: Tensor,
     *,
     normalizer: str = "softmax",
-    allowed: Tensor | None = None,
+    mask: Tensor | None = None,
     bias: float | None = None,
 ) -> Tensor:
     """Attention weights from scores ``(..., Lq, Lk)`` along the last dim.
 
     Args:
-        scores: float tensor ``(..., Lq, Lk)`` (already scaled, biases added).
+        scores: float tensor ``(..., Lq, Lk)`` (already scaled).
         normalizer: one of :data:`NORMALIZERS`.
-        allowed: bool, broadcastable to ``scores``; ``True`` = may attend. Forbidden keys get 0.
+        mask: bool (``True`` = may attend; forbidden keys get 0) or float (added to the scores),
+            broadcastable to ``scores`` and covering every key.
         bias: only for ``"sigmoid"``: added to every score; ``None`` = ``−log n``, ``n`` the
             number of allowed keys of the row (at least 1).
     """
@@ -95,9 +73,13 @@ def normalize_scores(
         raise ValueError(
             f"bias is only used by normalizer='sigmoid', got normalizer={normalizer!r}"
         )
-    if allowed is None:
-        allowed = torch.ones((), dtype=torch.bool, device=scores.device)
-    allowed = _check_allowed(allowed, scores).expand_as(scores)  # (..., Lq, Lk)
+    check_mask(mask, scores.shape, device=scores.device)
+    allowed = torch.ones((), dtype=torch.bool, device=scores.device)
+    if mask is not None and mask.dtype == torch.bool:
+        allowed = mask
+    elif mask is not None:
+        scores = scores + mask.to(scores.dtype)  # additive bias (may hold -inf)
+    allowed = allowed.expand_as(scores)  # (..., Lq, Lk)
     zero = torch.zeros_like(scores)
     if normalizer == "softmax":
         return _softmax(scores.masked_fill(~allowed, float("-inf")))
@@ -145,13 +127,7 @@ def normalized_attention(
     dtype = compute_dtype(query.dtype)
     q, k, v = (t.to(dtype) for t in (query, key, value))
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, Lq, Lk)
-    allowed = None
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            allowed = mask
-        else:
-            scores = scores + mask.to(dtype)  # (B, H, Lq, Lk)
-    weights = normalize_scores(scores, normalizer=normalizer, allowed=allowed, bias=bias)
+    weights = normalize_scores(scores, normalizer=normalizer, mask=mask, bias=bias)
     out = (weights @ v).to(query.dtype)  # (B, H, Lq, Ev)
     return (out, weights.to(query.dtype)) if need_weights else out
 

@@ -388,22 +388,23 @@ CASES = {
         ValueError,
         r"scores must be finite or -inf \(= not allowed\), got 1 rows holding \+inf",
     ),
-    "normalize_scores float allowed": (
-        lambda: normalize_scores(torch.zeros(2, 3), allowed=torch.ones(2, 3)),
+    "normalize_scores integer mask": (
+        lambda: normalize_scores(torch.zeros(2, 3), mask=torch.ones(2, 3, dtype=torch.int64)),
         TypeError,
-        r"allowed must be a bool tensor \(True = may attend\), got dtype torch.float32",
+        r"mask must be a bool tensor \(True = may attend\) or a float tensor \(additive bias\), "
+        r"got dtype torch.int64",
     ),
-    "normalize_scores allowed of another shape": (
-        lambda: normalize_scores(torch.zeros(2, 3), allowed=torch.ones(2, 2, dtype=torch.bool)),
+    "normalize_scores mask of another shape": (
+        lambda: normalize_scores(torch.zeros(2, 3), mask=torch.ones(2, 2, dtype=torch.bool)),
         ValueError,
-        r"allowed must broadcast to the shape of scores \(2, 3\), got shape \(2, 2\)",
+        r"mask of shape \(2, 2\) does not broadcast to \(2, 3\)",
     ),
-    "normalize_scores allowed on another device": (
+    "normalize_scores mask on another device": (
         lambda: normalize_scores(
-            torch.zeros(2, 3), allowed=torch.ones(2, 3, dtype=torch.bool, device=META)
+            torch.zeros(2, 3), mask=torch.ones(2, 3, dtype=torch.bool, device=META)
         ),
         ValueError,
-        r"allowed must be on the same device as scores \(cpu\), got meta",
+        r"mask must be on the inputs' device \(cpu\), got a mask on meta",
     ),
     "normalize_scores integer scores": (
         lambda: normalize_scores(torch.zeros(2, 3, dtype=torch.int64)),

@@ -161,3 +161,15 @@ def test_bad_input_names_the_argument():
         normalized_attention(q, k, v, torch.ones(3, 5, dtype=torch.long))
     with pytest.raises(TypeError, match="query"):
         normalized_attention(q.long(), k, v)
+
+
+def test_normalize_scores_takes_a_bool_or_a_float_mask():
+    g = torch.Generator().manual_seed(8)
+    scores = torch.randn(2, 3, 5, generator=g, dtype=torch.float64)  # (B, Lq, Lk)
+    keep = torch.rand(3, 5, generator=g) > 0.3
+    keep[:, 0] = True  # every row keeps a key, so torch.softmax has no NaN row
+    bias = torch.randn(3, 5, generator=g, dtype=torch.float64).masked_fill(~keep, -math.inf)
+    want = torch.softmax(scores + bias, dim=-1)
+    torch.testing.assert_close(normalize_scores(scores, mask=bias), want)
+    want = torch.softmax(scores.masked_fill(~keep, -math.inf), dim=-1)
+    torch.testing.assert_close(normalize_scores(scores, mask=keep), want)

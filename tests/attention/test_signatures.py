@@ -26,6 +26,7 @@ from attention.gpu.triton_flash import attention_flops
 from attention.heads import MultiHeadAttention, SelfAttention, split_heads
 from attention.masks import causal_mask, to_additive
 from attention.multimodal import CLIPHead, CrossAttentionBlock, ProjectionHead
+from attention.normalizers import normalize_scores
 from attention.positional import (
     LearnedPositionalEmbedding,
     RotaryEmbedding,
@@ -95,6 +96,10 @@ CASES = {
     "alibi_bias alignment -> causal_alignment": (
         lambda: alibi_bias(2, 3, 4, alignment="bottom_right"),
         lambda: alibi_bias(2, 3, 4, causal_alignment="bottom_right"),
+    ),
+    "normalize_scores allowed -> mask": (
+        lambda: normalize_scores(X, allowed=X > 0),
+        lambda: normalize_scores(X, mask=X > 0),
     ),
     "sinusoidal_encoding base keyword-only": (
         lambda: sinusoidal_encoding(10, 8, 100.0),

@@ -278,7 +278,7 @@ class SequenceClassifier(nn.Module):
         if positional == "sinusoidal":
             self.pos = SinusoidalPositionalEncoding(d_model, max_len=max_len)
         elif positional == "learned":
-            self.pos = LearnedPositionalEmbedding(max_len, d_model)
+            self.pos = LearnedPositionalEmbedding(d_model, max_len=max_len)
             # nn.Embedding starts tokens at N(0, 1); the table's BERT-style N(0, 0.02) would
             # leave positions ~50x weaker than tokens and slow to learn. Match the scales.
             nn.init.normal_(self.pos.weight, std=1.0)

@@ -135,7 +135,7 @@ class CharDecoder(nn.Module):
         check_positive_int("num_layers", num_layers)
         self.causal = check_bool("causal", causal)
         self.embed = nn.Embedding(vocab_size, d_model)
-        self.pos = LearnedPositionalEmbedding(max_len, d_model)
+        self.pos = LearnedPositionalEmbedding(d_model, max_len=max_len)
         # nn.Embedding starts tokens at N(0, 1); GPT-2's N(0, 0.02) positions would be ~50x
         # weaker and slow to learn on the book's short runs. Match the scales.
         nn.init.normal_(self.pos.weight, std=1.0)

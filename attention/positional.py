@@ -120,7 +120,7 @@ class LearnedPositionalEmbedding(nn.Module):
     ``max_len`` and the position asked (offset included).
     """
 
-    def __init__(self, max_len: int, d_model: int):
+    def __init__(self, d_model: int, *, max_len: int):
         super().__init__()
         self.max_len = check_positive_int("max_len", max_len)
         self.d_model = check_positive_int("d_model", d_model)
@@ -138,7 +138,7 @@ class LearnedPositionalEmbedding(nn.Module):
         return x + pe.to(x.dtype)  # (B, L, D)
 
     def extra_repr(self) -> str:
-        return f"max_len={self.max_len}, d_model={self.d_model}"
+        return f"d_model={self.d_model}, max_len={self.max_len}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -144,7 +144,7 @@ class DigitsEncoder(nn.Module):
         if positional == "sinusoidal":
             self.pos = SinusoidalPositionalEncoding(d_model, max_len=n)
         elif positional == "learned":
-            self.pos = LearnedPositionalEmbedding(n, d_model)
+            self.pos = LearnedPositionalEmbedding(d_model, max_len=n)
             nn.init.normal_(self.pos.weight, std=learned_std)
         elif positional == "rope":
             rotary = RotaryEmbedding(d_model // num_heads)

@@ -348,7 +348,7 @@ CASES = {
         r"features has dtype torch.float16 but the module's weights are torch.float32",
     ),
     "LearnedPositionalEmbedding float64 input": (
-        lambda: LearnedPositionalEmbedding(8, 4)(torch.zeros(1, 3, 4, dtype=torch.float64)),
+        lambda: LearnedPositionalEmbedding(4, max_len=8)(torch.zeros(1, 3, 4, dtype=torch.float64)),
         TypeError,
         r"x has dtype torch.float64 but the module's weights are torch.float32",
     ),

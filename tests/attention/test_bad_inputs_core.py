@@ -276,7 +276,7 @@ CASES = {
         r"dtype must be one of \[torch.float32, torch.float64\], got torch.float16",
     ),
     "learned position past max_len": (
-        lambda: LearnedPositionalEmbedding(8, 4)(t(1, 7, 4), offset=3),
+        lambda: LearnedPositionalEmbedding(4, max_len=8)(t(1, 7, 4), offset=3),
         ValueError,
         r"positions up to 9 requested \(offset=3 \+ seq length 7\), but max_len=8",
     ),

@@ -114,8 +114,12 @@ CASES = {
         lambda: SinusoidalPositionalEncoding(8, max_len=16)(X, offset=2),
     ),
     "LearnedPositionalEmbedding.forward offset keyword-only": (
-        lambda: LearnedPositionalEmbedding(16, 8)(X, 2),
-        lambda: LearnedPositionalEmbedding(16, 8)(X, offset=2),
+        lambda: LearnedPositionalEmbedding(8, max_len=16)(X, 2),
+        lambda: LearnedPositionalEmbedding(8, max_len=16)(X, offset=2),
+    ),
+    "LearnedPositionalEmbedding max_len keyword-only, after d_model": (
+        lambda: LearnedPositionalEmbedding(16, 8),
+        lambda: LearnedPositionalEmbedding(8, max_len=16),
     ),
     "RotaryEmbedding base keyword-only": (
         lambda: RotaryEmbedding(4, 100.0),

@@ -530,14 +530,14 @@ class PatchMerging(nn.Module):
 
 
 def window_attention_score_count(
-    batch: int, height: int, width: int, num_heads: int, window: int
+    batch_size: int, height: int, width: int, num_heads: int, window: int
 ) -> int:
     """Number of score entries one window-attention layer computes: ``B·H_heads·HW·window²``.
 
     Compare with ``B·H_heads·(HW)²`` for global attention over the same grid.
     """
     for name, value in (
-        ("batch", batch),
+        ("batch_size", batch_size),
         ("height", height),
         ("width", width),
         ("num_heads", num_heads),
@@ -546,4 +546,4 @@ def window_attention_score_count(
         check_positive_int(name, value)
     check_divisible("(height, width)", (height, width), "window", window)
     n_windows = (height // window) * (width // window)
-    return batch * n_windows * num_heads * window**4
+    return batch_size * n_windows * num_heads * window**4

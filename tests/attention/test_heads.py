@@ -59,7 +59,7 @@ def test_wrong_transpose_order_mixes_tokens_across_heads():
 @pytest.mark.parametrize("causal", [False, True])
 def test_self_attention_equals_float64_formula(causal):
     torch.manual_seed(0)
-    sa = SelfAttention(8, d_k=6)
+    sa = SelfAttention(8, head_dim=6)
     x = torch.randn(2, 5, 8)  # (B, L, D)
     out, weights = sa(x, causal=causal, need_weights=True)
     q, k, v = (w(x).unsqueeze(1) for w in (sa.w_q, sa.w_k, sa.w_v))  # (B, 1, L, d_k)

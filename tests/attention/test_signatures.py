@@ -221,6 +221,26 @@ CASES = {
         lambda: attention_flops(1, heads=2, n_queries=8, n_keys=8, head_dim=4, causal=False),
         lambda: attention_flops(1, num_heads=2, n_queries=8, n_keys=8, head_dim=4, causal=False),
     ),
+    "attention_flops batch -> batch_size": (
+        lambda: attention_flops(
+            batch=1, num_heads=2, n_queries=8, n_keys=8, head_dim=4, causal=False
+        ),
+        lambda: attention_flops(
+            batch_size=1, num_heads=2, n_queries=8, n_keys=8, head_dim=4, causal=False
+        ),
+    ),
+    "window_attention_score_count batch -> batch_size": (
+        lambda: vision.window_attention_score_count(
+            batch=1, height=4, width=4, num_heads=2, window=2
+        ),
+        lambda: vision.window_attention_score_count(
+            batch_size=1, height=4, width=4, num_heads=2, window=2
+        ),
+    ),
+    "SelfAttention d_k -> head_dim": (
+        lambda: SelfAttention(8, d_k=4),
+        lambda: SelfAttention(8, head_dim=4),
+    ),
     "run_over_heads work and device keyword-only": (
         lambda: threads.run_over_heads(lambda hs: hs, 2, 0, "cpu"),
         lambda: threads.run_over_heads(lambda hs: hs, 2, work=0, device="cpu"),

@@ -95,7 +95,7 @@ CASES = {
         r"mask must be on the inputs' device",
     ),
     "WindowAttention mask on another device": (
-        lambda: vision.WindowAttention(8, 2, 2)(
+        lambda: vision.WindowAttention(8, 2, window_size=2)(
             torch.zeros(2, 4, 8), mask=torch.ones(1, 4, 4, dtype=torch.bool, device=META)
         ),
         ValueError,
@@ -323,7 +323,9 @@ CASES = {
         r"images has dtype torch.float64 but the module's weights are torch.float32",
     ),
     "WindowAttention float16 windows": (
-        lambda: vision.WindowAttention(8, 2, 2)(torch.zeros(2, 4, 8, dtype=torch.float16)),
+        lambda: vision.WindowAttention(8, 2, window_size=2)(
+            torch.zeros(2, 4, 8, dtype=torch.float16)
+        ),
         TypeError,
         r"windows has dtype torch.float16 but the module's weights are torch.float32",
     ),
@@ -417,12 +419,12 @@ CASES = {
         r"dropout must be in \[0, 1\), got 1.0",
     ),
     "window_partition on a list": (
-        lambda: vision.window_partition([[1.0]], window=2),
+        lambda: vision.window_partition([[1.0]], window_size=2),
         TypeError,
         r"x must be a torch.Tensor, got list",
     ),
     "window_reverse on a tuple": (
-        lambda: vision.window_reverse((1.0,), window=2, height=4, width=4),
+        lambda: vision.window_reverse((1.0,), window_size=2, height=4, width=4),
         TypeError,
         r"windows must be a torch.Tensor, got tuple",
     ),
@@ -444,7 +446,7 @@ CASES = {
     "shifted_window_mask shift pair too large": (
         lambda: vision.shifted_window_mask(8, 8, 4, (1, 4)),
         ValueError,
-        r"shift must be in \[0, window=4\), got \(1, 4\)",
+        r"shift must be in \[0, window_size=4\), got \(1, 4\)",
     ),
     "mlp_ratio NaN": (
         lambda: _swin(mlp_ratio=NAN),

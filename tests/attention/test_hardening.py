@@ -259,7 +259,7 @@ def test_modules_keep_batch_elements_apart(module):
     if module == "mha":
         m, x = MultiHeadAttention(8, 2).eval(), torch.randn(2, 6, 8)
     else:
-        m, x = WindowAttention(8, 2, 2).eval(), torch.randn(2, 4, 8)
+        m, x = WindowAttention(8, 2, window_size=2).eval(), torch.randn(2, 4, 8)
     clean = m(x)
     x[0, 0, 0] = float("nan")
     out = m(x)

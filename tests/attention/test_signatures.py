@@ -133,13 +133,21 @@ CASES = {
         lambda: rope_angles(torch.arange(5), 4),
         lambda: rope_angles(torch.arange(5), head_dim=4),
     ),
-    "window_partition window keyword-only": (
+    "window_partition window_size keyword-only": (
         lambda: vision.window_partition(GRID, 2),
-        lambda: vision.window_partition(GRID, window=2),
+        lambda: vision.window_partition(GRID, window_size=2),
     ),
     "window_reverse sizes keyword-only": (
         lambda: vision.window_reverse(torch.randn(4, 4, 3), 2, 4, 4),
-        lambda: vision.window_reverse(torch.randn(4, 4, 3), window=2, height=4, width=4),
+        lambda: vision.window_reverse(torch.randn(4, 4, 3), window_size=2, height=4, width=4),
+    ),
+    "window_partition window -> window_size": (
+        lambda: vision.window_partition(GRID, window=2),
+        lambda: vision.window_partition(GRID, window_size=2),
+    ),
+    "WindowAttention num_heads second, window_size keyword-only": (
+        lambda: vision.WindowAttention(6, 2, 2),
+        lambda: vision.WindowAttention(6, 2, window_size=2),
     ),
     "cyclic_shift shift keyword-only": (
         lambda: vision.cyclic_shift(GRID, 1),
@@ -150,12 +158,16 @@ CASES = {
         lambda: vision.SwinBlock(6, 4, 2, 2, shift=1),
     ),
     "WindowAttention.forward return_weights -> need_weights": (
-        lambda: vision.WindowAttention(6, 2, 2)(torch.randn(4, 4, 6), return_weights=True),
-        lambda: vision.WindowAttention(6, 2, 2)(torch.randn(4, 4, 6), need_weights=True),
+        lambda: vision.WindowAttention(6, 2, window_size=2)(
+            torch.randn(4, 4, 6), return_weights=True
+        ),
+        lambda: vision.WindowAttention(6, 2, window_size=2)(
+            torch.randn(4, 4, 6), need_weights=True
+        ),
     ),
     "WindowAttention.forward mask keyword-only": (
-        lambda: vision.WindowAttention(6, 2, 2)(torch.randn(4, 4, 6), None),
-        lambda: vision.WindowAttention(6, 2, 2)(torch.randn(4, 4, 6), mask=None),
+        lambda: vision.WindowAttention(6, 2, window_size=2)(torch.randn(4, 4, 6), None),
+        lambda: vision.WindowAttention(6, 2, window_size=2)(torch.randn(4, 4, 6), mask=None),
     ),
     "CrossAttentionBlock.forward mask keyword-only": (
         lambda: CrossAttentionBlock(8, 2)(X, X, None),
@@ -231,10 +243,10 @@ CASES = {
     ),
     "window_attention_score_count batch -> batch_size": (
         lambda: vision.window_attention_score_count(
-            batch=1, height=4, width=4, num_heads=2, window=2
+            batch=1, height=4, width=4, num_heads=2, window_size=2
         ),
         lambda: vision.window_attention_score_count(
-            batch_size=1, height=4, width=4, num_heads=2, window=2
+            batch_size=1, height=4, width=4, num_heads=2, window_size=2
         ),
     ),
     "SelfAttention d_k -> head_dim": (

@@ -82,7 +82,7 @@ def attention_kernel(attention: str) -> Callable[..., Tensor]:
         return SlidingWindowAttnFn(WINDOW, WINDOW)
     if attention == "linear":
         return LinearAttnFn()
-    return BigBirdAttnFn(BLOCK, window=1, n_global=1, n_random=1)
+    return BigBirdAttnFn(BLOCK, n_window=1, n_global=1, n_random=1)
 
 
 def allowed_pairs(attention: str, seq_len: int = SEQ_LEN) -> Tensor:

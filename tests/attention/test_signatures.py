@@ -19,6 +19,7 @@ from attention.efficient import (
     linear_attention,
     linear_attention_step,
 )
+from attention.efficient.block_sparse import bigbird_layout
 from attention.efficient.probsparse import sparsity_measure
 from attention.functional import safe_softmax, scaled_dot_product_attention
 from attention.gpu.flex import flex_block_sparse
@@ -252,6 +253,10 @@ CASES = {
     "SelfAttention d_k -> head_dim": (
         lambda: SelfAttention(8, d_k=4),
         lambda: SelfAttention(8, head_dim=4),
+    ),
+    "bigbird_layout window -> n_window": (
+        lambda: bigbird_layout(4, window=1),
+        lambda: bigbird_layout(4, n_window=1),
     ),
     "run_over_heads work and device keyword-only": (
         lambda: threads.run_over_heads(lambda hs: hs, 2, 0, "cpu"),

@@ -102,7 +102,7 @@ class RetrievalModel(nn.Module):
         k = self.k_proj(x)[:, None]  # (B, 1, n, D)
         v = self.v_proj(x)[:, None]  # (B, 1, n, D)
         out, weights = normalized_attention(
-            q, k, v, normalizer=self.normalizer, bias=self.bias, need_weights=True
+            q, k, v, normalizer=self.normalizer, score_bias=self.bias, need_weights=True
         )  # (B, 1, 1, D), (B, 1, 1, n)
         return self.out(out[:, 0, 0]), weights[:, 0, 0]  # (B, S), (B, n)
 
@@ -182,7 +182,7 @@ def init_gradients(variant: str, *, seed: int = 0, n_pairs: int = 8, size: int =
     scores.retain_grad()
     from attention.normalizers import normalize_scores
 
-    weights = normalize_scores(scores, normalizer=normalizer, bias=bias)  # (B, 1, 1, n)
+    weights = normalize_scores(scores, normalizer=normalizer, score_bias=bias)  # (B, 1, 1, n)
     loss = F.cross_entropy(model.out((weights @ v)[:, 0, 0]), target)
     loss.backward()
     dead = (scores.grad.abs().amax(-1) == 0).float().mean()

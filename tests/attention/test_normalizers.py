@@ -91,7 +91,7 @@ def test_softmax_equals_the_reference_attention():
 def test_sigmoid_bias_default_is_minus_log_n_and_zero_is_plain():
     q, k, v = random_qkv(**SIZES, seed=2)
     for bias in (None, 0.0, -1.5):
-        got, w = sigmoid_attention(q, k, v, bias=bias, need_weights=True)
+        got, w = sigmoid_attention(q, k, v, score_bias=bias, need_weights=True)
         want = naive_float64(q, k, v, normalizer="sigmoid", bias=bias)
         torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-4)
     scores = q @ k.transpose(-2, -1) / 2.0
@@ -149,12 +149,12 @@ def test_bad_input_names_the_argument():
     q, k, v = random_qkv(**SIZES, seed=7)
     with pytest.raises(ValueError, match="normalizer"):
         normalized_attention(q, k, v, normalizer="tanh")
-    with pytest.raises(TypeError, match="bias"):
-        sigmoid_attention(q, k, v, bias="-log n")
-    with pytest.raises(ValueError, match="bias"):
-        sigmoid_attention(q, k, v, bias=float("nan"))
-    with pytest.raises(ValueError, match="bias"):
-        normalized_attention(q, k, v, normalizer="relu", bias=-1.0)
+    with pytest.raises(TypeError, match="score_bias must be a float or None"):
+        sigmoid_attention(q, k, v, score_bias="-log n")
+    with pytest.raises(ValueError, match="score_bias must be finite, got nan"):
+        sigmoid_attention(q, k, v, score_bias=float("nan"))
+    with pytest.raises(ValueError, match="score_bias is only used by normalizer='sigmoid'"):
+        normalized_attention(q, k, v, normalizer="relu", score_bias=-1.0)
     with pytest.raises(ValueError, match="key"):
         normalized_attention(q, k[..., :3], v)
     with pytest.raises(TypeError, match="mask"):

@@ -27,7 +27,7 @@ from attention.gpu.triton_flash import attention_flops
 from attention.heads import MultiHeadAttention, SelfAttention, split_heads
 from attention.masks import causal_mask, to_additive
 from attention.multimodal import CLIPHead, CrossAttentionBlock, ProjectionHead
-from attention.normalizers import normalize_scores
+from attention.normalizers import normalize_scores, sigmoid_attention
 from attention.positional import (
     LearnedPositionalEmbedding,
     RotaryEmbedding,
@@ -257,6 +257,10 @@ CASES = {
     "bigbird_layout window -> n_window": (
         lambda: bigbird_layout(4, window=1),
         lambda: bigbird_layout(4, n_window=1),
+    ),
+    "sigmoid_attention bias -> score_bias": (
+        lambda: sigmoid_attention(Q, K, V, bias=0.0),
+        lambda: sigmoid_attention(Q, K, V, score_bias=0.0),
     ),
     "run_over_heads work and device keyword-only": (
         lambda: threads.run_over_heads(lambda hs: hs, 2, 0, "cpu"),

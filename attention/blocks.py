@@ -195,11 +195,11 @@ class Encoder(nn.Module):
 
     def __init__(
         self,
-        num_layers: int,
         d_model: int,
         num_heads: int,
         d_ff: int,
         *,
+        num_layers: int,
         dropout: float = 0.0,
         pre_ln: bool = False,
         activation: str = "relu",
@@ -292,10 +292,10 @@ class SequenceClassifier(nn.Module):
             rotary = RotaryEmbedding(d_model // num_heads)
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
         self.encoder = Encoder(
-            num_layers,
             d_model,
             num_heads,
             d_ff,
+            num_layers=num_layers,
             dropout=dropout,
             pre_ln=pre_ln,
             activation=activation,

@@ -149,11 +149,11 @@ class VisionTransformer(nn.Module):
         patch_size: int,
         in_channels: int,
         num_classes: int,
+        *,
         d_model: int,
         num_heads: int,
         num_layers: int,
         d_ff: int,
-        *,
         dropout: float = 0.0,
         attn_fn=None,
         norm_eps: float = 1e-5,
@@ -163,10 +163,10 @@ class VisionTransformer(nn.Module):
         norm_eps = check_nonnegative_float("norm_eps", norm_eps)
         self.embedding = ViTEmbedding(image_size, patch_size, in_channels, d_model, dropout=dropout)
         self.encoder = Encoder(
-            num_layers,
             d_model,
             num_heads,
             d_ff,
+            num_layers=num_layers,
             dropout=dropout,
             pre_ln=True,
             activation="gelu",

@@ -157,8 +157,9 @@ class DigitsEncoder(nn.Module):
         self.register_buffer("mask", mask, persistent=False)
         kernel = torch_sdpa if (masked or attention == "full") else attention_kernel(attention)
         self.encoder = Encoder(
-            num_layers, d_model, num_heads, d_ff, pre_ln=True, attn_fn=kernel, rotary=rotary
-        )
+            d_model, num_heads, d_ff, num_layers=num_layers, pre_ln=True, attn_fn=kernel,
+            rotary=rotary,
+        )  # fmt: skip
         self.head = nn.Linear(d_model, NUM_CLASSES)
 
     def forward(self, images: Tensor) -> Tensor:
@@ -347,7 +348,7 @@ def sweep_encoder(
     weights."""
     kernel = None if attention is None else attention_kernel(attention)
     torch.manual_seed(seed)
-    return Encoder(num_layers, d_model, num_heads, d_ff, pre_ln=True, attn_fn=kernel)
+    return Encoder(d_model, num_heads, d_ff, num_layers=num_layers, pre_ln=True, attn_fn=kernel)
 
 
 def encoder_cost(

@@ -464,7 +464,9 @@ CASES = {
         r"mlp_ratio must be a number .* got str",
     ),
     "ViT norm_eps negative": (
-        lambda: vision.VisionTransformer(8, 4, 3, 2, 8, 2, 1, 16, norm_eps=-1e-6),
+        lambda: vision.VisionTransformer(
+            8, 4, 3, 2, d_model=8, num_heads=2, num_layers=1, d_ff=16, norm_eps=-1e-6
+        ),
         ValueError,
         r"norm_eps must be a finite float >= 0, got -1e-06",
     ),

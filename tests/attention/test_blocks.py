@@ -96,7 +96,7 @@ def test_encoder_stack_matches_torch_encoder(pre_ln):
     for p in ref.parameters():  # the copies inside ref start equal; make every layer differ
         with torch.no_grad():
             p.add_(0.1 * torch.randn_like(p))
-    mine = Encoder(3, 8, 2, 16, pre_ln=pre_ln)
+    mine = Encoder(8, 2, 16, num_layers=3, pre_ln=pre_ln)
     assert (mine.norm is not None) == pre_ln
     for i in range(3):
         mine.layers[i] = EncoderLayer.from_torch(ref.layers[i])

@@ -276,7 +276,7 @@ def test_vit_norm_eps_is_an_argument_and_the_default_is_unchanged():
 
     def build(**kw):
         torch.manual_seed(0)
-        return VisionTransformer(8, 4, 3, 2, 8, 2, 1, 16, **kw)
+        return VisionTransformer(8, 4, 3, 2, d_model=8, num_heads=2, num_layers=1, d_ff=16, **kw)
 
     norms = [m for m in build().modules() if isinstance(m, torch.nn.LayerNorm)]
     assert norms and all(m.eps == 1e-5 for m in norms)

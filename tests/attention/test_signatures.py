@@ -36,6 +36,7 @@ from attention.positional import (
     rope_angles,
     sinusoidal_encoding,
 )
+from attention.timeseries import TransformerForecaster
 from tests.attention.inputs import random_qkv
 
 Q, K, V = random_qkv(1, 2, 8, 8, 4, 4, dtype=torch.float32)
@@ -43,6 +44,7 @@ X = torch.randn(2, 6, 8)  # (B, L, D)
 GRID = torch.randn(1, 4, 4, 3)  # (B, H, W, C)
 LAYOUT = torch.ones(2, 2, dtype=torch.bool)
 SIZES = dict(d_model=8, num_heads=2, num_layers=1, d_ff=16, max_len=8)
+VIT_SIZES = dict(d_model=16, num_heads=2, num_layers=1, d_ff=32)
 
 # (old form, new form): the old one must raise TypeError, the new one must run.
 CASES = {
@@ -79,8 +81,16 @@ CASES = {
         lambda: EncoderLayer(8, 2, 16, dropout=0.1),
     ),
     "Encoder dropout keyword-only": (
-        lambda: Encoder(1, 8, 2, 16, 0.1),
-        lambda: Encoder(1, 8, 2, 16, dropout=0.1),
+        lambda: Encoder(8, 2, 16, 0.1),
+        lambda: Encoder(8, 2, 16, num_layers=1, dropout=0.1),
+    ),
+    "Encoder (d_model, num_heads, d_ff, *, num_layers)": (
+        lambda: Encoder(1, 8, 2, 16),
+        lambda: Encoder(8, 2, 16, num_layers=1),
+    ),
+    "TransformerForecaster sizes keyword-only": (
+        lambda: TransformerForecaster(8, 3, 8, 2, 1, 16),
+        lambda: TransformerForecaster(8, 3, d_model=8, num_heads=2, num_layers=1, d_ff=16),
     ),
     "SequenceClassifier sizes keyword-only": (
         lambda: SequenceClassifier(20, 3, 8, 2, 1, 16, 8),
@@ -180,7 +190,11 @@ CASES = {
     ),
     "VisionTransformer dropout keyword-only": (
         lambda: vision.VisionTransformer(8, 4, 1, 3, 16, 2, 1, 32, 0.1),
-        lambda: vision.VisionTransformer(8, 4, 1, 3, 16, 2, 1, 32, dropout=0.1),
+        lambda: vision.VisionTransformer(8, 4, 1, 3, **VIT_SIZES, dropout=0.1),
+    ),
+    "VisionTransformer sizes keyword-only": (
+        lambda: vision.VisionTransformer(8, 4, 1, 3, 16, 2, 1, 32),
+        lambda: vision.VisionTransformer(8, 4, 1, 3, **VIT_SIZES),
     ),
     "CrossAttentionBlock dropout keyword-only": (
         lambda: CrossAttentionBlock(8, 2, 16, 0.1),

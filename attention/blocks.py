@@ -393,7 +393,7 @@ class SequenceClassifier(nn.Module):
 
 
 class DecoderBlock(nn.Module):
-    """GPT-style pre-LN block: ``x = x + drop(attn(ln1(x)))``, ``x = x + drop(mlp(ln2(x)))``.
+    """GPT-style pre-LN block: ``x = x + drop(attn(norm1(x)))``, ``x = x + drop(ff(norm2(x)))``.
 
     Causal by default; ``causal=False`` removes the mask (the chapter that shows a decoder
     "cheating" by reading the token it must predict). ``forward(x (B, L, D), *, mask=None,
@@ -416,7 +416,7 @@ class DecoderBlock(nn.Module):
     ) -> None:
         super().__init__()
         self.causal = bool(causal)
-        self.ln1 = nn.LayerNorm(d_model)
+        self.norm1 = nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(
             d_model,
             num_heads,
@@ -425,18 +425,18 @@ class DecoderBlock(nn.Module):
             rotary=rotary,
             attn_fn=attn_fn,
         )
-        self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = FeedForward(d_model, d_ff, dropout=dropout, activation=activation)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.ff = FeedForward(d_model, d_ff, dropout=dropout, activation=activation)
         self.dropout = nn.Dropout(dropout)
 
     def forward(
         self, x: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         """``(B, L, D) → (B, L, D)``; with ``need_weights`` also ``(B, H, L, L)`` weights."""
-        check_tokens("x", x, self.attn.d_model, dtype=self.ln1.weight.dtype)
+        check_tokens("x", x, self.attn.d_model, dtype=self.norm1.weight.dtype)
         a, weights = _self_attention_sublayer(
-            self.attn, self.ln1(x), mask, self.causal, need_weights
+            self.attn, self.norm1(x), mask, self.causal, need_weights
         )  # (B, L, D)
         x = x + self.dropout(a)  # (B, L, D)
-        x = x + self.dropout(self.mlp(self.ln2(x)))  # (B, L, D)
+        x = x + self.dropout(self.ff(self.norm2(x)))  # (B, L, D)
         return (x, weights) if need_weights else x

@@ -216,7 +216,7 @@ def _cached_block(block: DecoderBlock, x: Tensor, cache: KVCache, layer: int) ->
     and values are appended, the new queries attend over every cached and new key (the causal
     mask aligned bottom-right: the last new query sees every key)."""
     attn = block.attn
-    h = block.ln1(x)  # (B, n, D)
+    h = block.norm1(x)  # (B, n, D)
     q = split_heads(attn.q_proj(h), num_heads=attn.num_heads)  # (B, H, n, Dh)
     k = split_heads(attn.k_proj(h), num_heads=attn.num_kv_heads)  # (B, H_kv, n, Dh)
     v = split_heads(attn.v_proj(h), num_heads=attn.num_kv_heads)  # (B, H_kv, n, Dh)
@@ -230,7 +230,7 @@ def _cached_block(block: DecoderBlock, x: Tensor, cache: KVCache, layer: int) ->
         enable_gqa=attn.num_kv_heads != attn.num_heads,
     )  # (B, H, n, Dh)
     x = x + block.dropout(attn.out_proj(merge_heads(out)))  # (B, n, D)
-    return x + block.dropout(block.mlp(block.ln2(x)))  # (B, n, D)
+    return x + block.dropout(block.ff(block.norm2(x)))  # (B, n, D)
 
 
 @dataclass(frozen=True)

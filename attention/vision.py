@@ -417,7 +417,7 @@ class WindowAttention(nn.Module):
 class SwinBlock(nn.Module):
     """One Swin Transformer block: pre-LN (shifted) window attention, then a pre-LN MLP.
 
-    ``x = x + attend_windows(norm1(x)); x = x + mlp(norm2(x))`` on tokens ``(B, H·W, d_model)``.
+    ``x = x + attend_windows(norm1(x)); x = x + ff(norm2(x))`` on tokens ``(B, H·W, d_model)``.
     ``shift = 0`` gives regular windows; ``shift = window_size // 2`` the shifted ones (Swin
     alternates the two). Attention never leaves a window: cost linear in ``H·W``.
 
@@ -468,8 +468,8 @@ class SwinBlock(nn.Module):
                 f"mlp_ratio must be a number with mlp_ratio * d_model >= 1, got {mlp_ratio!r}"
             )
         # Swin's MLP: the package's FeedForward (dropout on the hidden layer) + output dropout.
-        ffn = FeedForward(d_model, hidden, dropout=dropout, activation="gelu")
-        self.mlp = nn.Sequential(ffn, nn.Dropout(dropout))
+        ff = FeedForward(d_model, hidden, dropout=dropout, activation="gelu")
+        self.ff = nn.Sequential(ff, nn.Dropout(dropout))
         # Per axis: no shift along an axis that one window covers (as in Swin and timm).
         self.shift_size = swin_window_shift(self.resolution, window_size, shift)  # (rows, cols)
         region = (
@@ -505,7 +505,7 @@ class SwinBlock(nn.Module):
         check_tokens("x", x, c, length=h * w, layout=GRID_LAYOUT)
         check_module_input("x", x, self)
         x = x + self.attend_windows(self.norm1(x))  # (B, H·W, C)
-        return x + self.mlp(self.norm2(x))  # (B, H·W, C)
+        return x + self.ff(self.norm2(x))  # (B, H·W, C)
 
 
 class PatchMerging(nn.Module):

@@ -269,7 +269,7 @@ def max_score(model: CharDecoder, tokens: Tensor) -> float:
     x = model.pos(model.embed(tokens))  # (B, L, D)
     best = -math.inf
     for block in model.blocks:
-        h = block.ln1(x)  # (B, L, D)
+        h = block.norm1(x)  # (B, L, D)
         product = raw_products(block.attn.q_proj(h), block.attn.k_proj(h), block.attn)
         best = max(best, float(product.abs().max()) / math.sqrt(block.attn.d_head))
         x = block(x)  # (B, L, D)

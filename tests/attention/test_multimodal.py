@@ -203,7 +203,7 @@ def _manual_cross_block(block: CrossAttentionBlock, x, context, keep=None):
     """The block recomputed from its weights: explicit heads, float64 softmax, no package code."""
     d, h = block.d_model, block.attn.num_heads
     dh = d // h
-    q_in = F.layer_norm(x, (d,), block.norm_x.weight, block.norm_x.bias)
+    q_in = F.layer_norm(x, (d,), block.norm1.weight, block.norm1.bias)
     memory = F.layer_norm(
         context, (block.context_dim,), block.norm_context.weight, block.norm_context.bias
     )
@@ -222,10 +222,10 @@ def _manual_cross_block(block: CrossAttentionBlock, x, context, keep=None):
         heads_out.append(torch.softmax(scores, dim=-1) @ v[..., cols])  # (B, Lq, dh)
     mixed = F.linear(torch.cat(heads_out, dim=-1), attn.out_proj.weight, attn.out_proj.bias)
     y = x + mixed
-    ff = block.ffn
+    ff = block.ff
     hidden = F.gelu(
         F.linear(
-            F.layer_norm(y, (d,), block.norm_ffn.weight, block.norm_ffn.bias),
+            F.layer_norm(y, (d,), block.norm2.weight, block.norm2.bias),
             ff.linear1.weight,
             ff.linear1.bias,
         )

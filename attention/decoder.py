@@ -65,13 +65,13 @@ class KVCache:
         """Bytes held by the cache: ``2 · layers · B · H_kv · max_len · d_head · itemsize``."""
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)
 
-    def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write ``k, v (B, H_kv, n, d_head)`` at positions ``length .. length + n - 1`` of
+    def append(self, layer: int, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Write ``key, value (B, H_kv, n, d_head)`` at positions ``length .. length + n - 1`` of
         ``layer``; return that layer's keys and values so far, ``(B, H_kv, length + n, d_head)``."""
         if not 0 <= layer < self.num_layers:
             raise ValueError(f"layer must be in [0, {self.num_layers}), got {layer!r}")
         want = (self.batch_size, self.num_kv_heads, self.head_dim)
-        for name, t in (("k", k), ("v", v)):
+        for name, t in (("key", key), ("value", value)):
             check_tensor(name, t)
             check_rank(name, t, 4, "[batch, kv_heads, new, head_dim]")
             if (t.shape[0], t.shape[1], t.shape[3]) != want:
@@ -79,8 +79,11 @@ class KVCache:
                     f"{name} must have shape (B, H_kv, n, d_head) = ({want[0]}, {want[1]}, n, "
                     f"{want[2]}), got {tuple(t.shape)}"
                 )
+        k, v = key, value
         if k.shape[2] != v.shape[2]:
-            raise ValueError(f"k and v must hold as many positions, got {k.shape[2]}, {v.shape[2]}")
+            raise ValueError(
+                f"key and value must hold as many positions, got {k.shape[2]}, {v.shape[2]}"
+            )
         end = self.length + k.shape[2]
         if end > self.max_len:
             raise ValueError(

@@ -171,7 +171,7 @@ def test_bad_input_is_refused_with_a_message():
     cache = model.new_cache(1, max_len=4)
     with pytest.raises(ValueError, match="max_len=4"):
         model(_tokens(1, 5), cache=cache)
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match=r"key must have shape \(B, H_kv, n, d_head\)"):
         cache.append(0, torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
     with pytest.raises(ValueError, match="layer"):
         cache.append(7, torch.zeros(1, 4, 1, 4), torch.zeros(1, 4, 1, 4))

@@ -11,6 +11,7 @@ import torch
 import attention.efficient._threads as threads
 from attention import vision
 from attention.blocks import DecoderBlock, Encoder, EncoderLayer, FeedForward, SequenceClassifier
+from attention.decoder import KVCache
 from attention.efficient import (
     LinearAttentionState,
     block_sparse_attention,
@@ -229,8 +230,12 @@ CASES = {
         lambda: linear_attention_step(query=Q[:, :, :1], key=K[:, :, :1], value=V[:, :, :1]),
     ),
     "LinearAttentionState.zeros heads -> num_heads": (
-        lambda: LinearAttentionState.zeros(1, heads=2, dim_k=4, dim_v=4),
-        lambda: LinearAttentionState.zeros(1, num_heads=2, dim_k=4, dim_v=4),
+        lambda: LinearAttentionState.zeros(1, heads=2, head_dim=4, value_dim=4),
+        lambda: LinearAttentionState.zeros(1, num_heads=2, head_dim=4, value_dim=4),
+    ),
+    "LinearAttentionState.zeros dim_k/dim_v -> head_dim/value_dim": (
+        lambda: LinearAttentionState.zeros(1, 2, dim_k=4, dim_v=4),
+        lambda: LinearAttentionState.zeros(1, 2, head_dim=4, value_dim=4),
     ),
     "block_sparse_attention block_size keyword-only": (
         lambda: block_sparse_attention(Q, K, V, LAYOUT, 4),
@@ -275,6 +280,10 @@ CASES = {
     "sigmoid_attention bias -> score_bias": (
         lambda: sigmoid_attention(Q, K, V, bias=0.0),
         lambda: sigmoid_attention(Q, K, V, score_bias=0.0),
+    ),
+    "KVCache.append k/v -> key/value": (
+        lambda: KVCache(1, 1, 2, 4, 8).append(0, k=K[:, :, :1], v=V[:, :, :1]),
+        lambda: KVCache(1, 1, 2, 4, 8).append(0, key=K[:, :, :1], value=V[:, :, :1]),
     ),
     "run_over_heads work and device keyword-only": (
         lambda: threads.run_over_heads(lambda hs: hs, 2, 0, "cpu"),

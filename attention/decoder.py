@@ -156,10 +156,10 @@ class CharDecoder(nn.Module):
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size)
         attn = self.blocks[0].attn
-        self.num_heads, self.num_kv_heads, self.d_head = (
+        self.num_heads, self.num_kv_heads, self.head_dim = (
             attn.num_heads,
             attn.num_kv_heads,
-            attn.d_head,
+            attn.head_dim,
         )
 
     def new_cache(self, batch_size: int, *, max_len: int | None = None) -> KVCache:
@@ -169,7 +169,7 @@ class CharDecoder(nn.Module):
             len(self.blocks),
             batch_size,
             self.num_kv_heads,
-            self.d_head,
+            self.head_dim,
             self.max_len if max_len is None else max_len,
             dtype=w.dtype,
             device=w.device,

@@ -144,15 +144,15 @@ class MultiHeadAttention(nn.Module):
             raise TypeError(
                 f"rotary must be a RotaryEmbedding module or None, got {type(rotary).__name__}"
             )
-        self.d_head = d_model // num_heads
-        rot_dim = getattr(rotary, "head_dim", self.d_head)
-        if rot_dim != self.d_head:
+        self.head_dim = d_model // num_heads
+        rot_dim = getattr(rotary, "head_dim", self.head_dim)
+        if rot_dim != self.head_dim:
             raise ValueError(
-                f"rotary.head_dim must equal d_model // num_heads = {self.d_head}, got {rot_dim}"
+                f"rotary.head_dim must equal d_model // num_heads = {self.head_dim}, got {rot_dim}"
             )
         self.rotary = rotary
         self.attn_fn = attn_fn
-        kv_width = self.num_kv_heads * self.d_head
+        kv_width = self.num_kv_heads * self.head_dim
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, kv_width, bias=bias)
         self.v_proj = nn.Linear(d_model, kv_width, bias=bias)

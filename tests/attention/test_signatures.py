@@ -1,9 +1,19 @@
-"""The public API's vocabulary (STYLE.md, "Public API vocabulary"): the old positional forms
-and the old argument names of the clean-up of issue 8 raise ``TypeError``, and the new forms
-run. Tensors are positional; every other argument after them is keyword-only; module
-constructors take their defining sizes positionally and options by keyword."""
+"""The public API's vocabulary (STYLE.md, "Public API vocabulary").
+
+Each pinned case pairs a form the vocabulary rules out (a synonym, or a positional use of an
+argument that is keyword-only) with the form it prescribes: the first must raise
+``TypeError`` from the signature itself, the second must run. Beyond the pinned cases, every
+public signature of the package and every block's submodules are checked against the
+"never" column of STYLE.md's table."""
 
 from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -314,3 +324,103 @@ def test_attend_is_the_dispatcher_only():
     from attention.dispatch import attend
 
     assert attention.attend is attend
+
+
+# --- the whole public API against STYLE.md's table ---------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+# A parameter named after torch's own argument that it converts from.
+EXEMPT = {("attention.masks.from_torch_attn_mask", "attn_mask")}
+
+
+def vocabulary() -> tuple[set[str], set[str]]:
+    """The names of STYLE.md's vocabulary table: (every prescribed name, every "never" name
+    that is not also prescribed for another concept, such as ``bias``)."""
+    text = (ROOT / "STYLE.md").read_text(encoding="utf-8")
+    section = text.split("## Public API vocabulary", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| ")]
+    rows = [r for r in rows if len(r) == 3 and r[0].strip() not in ("concept", "---")]
+    # The names column's parentheses are comments (``q, k, v`` inside bodies, torch's names).
+    names = {n for r in rows for n in re.findall(r"`(\w+)", re.sub(r"\(.*?\)", "", r[1]))}
+    never = {n for r in rows for n in re.findall(r"`(\w+)`", r[2])}
+    return names, never - names
+
+
+def public_signatures():
+    """(qualified name, inspect.Signature) of every public function, constructor, forward and
+    public method defined in a public module of ``attention``."""
+    import attention
+
+    modules = ["attention"] + [
+        m.name
+        for m in pkgutil.walk_packages(attention.__path__, "attention.")
+        if not any(part.startswith("_") for part in m.name.split("."))
+    ]
+    for module_name in modules:
+        module = importlib.import_module(module_name)
+        for name, obj in vars(module).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != module_name:
+                continue
+            if inspect.isfunction(obj):
+                yield f"{module_name}.{name}", inspect.signature(obj)
+            elif inspect.isclass(obj):
+                for attr, member in vars(obj).items():
+                    if attr.startswith("_") and attr != "__init__":
+                        continue
+                    func = getattr(member, "__func__", member)  # classmethod, staticmethod
+                    if inspect.isfunction(func):
+                        yield f"{module_name}.{name}.{attr}", inspect.signature(func)
+
+
+def test_the_vocabulary_table_is_read():
+    names, never = vocabulary()
+    assert {"query", "mask", "causal_alignment", "num_heads", "head_dim", "norm1"} <= names
+    assert {"alignment", "allowed", "d_k", "batch", "window", "ln1", "mlp"} <= never
+    assert "bias" not in never  # prescribed for "projections have a bias"
+
+
+def test_no_public_signature_uses_a_name_the_vocabulary_rules_out():
+    _, never = vocabulary()
+    signatures = list(public_signatures())
+    assert len(signatures) > 100
+    bad = [
+        f"{where}({param})"
+        for where, sig in signatures
+        for param in sig.parameters
+        if param in never and (where, param) not in EXEMPT
+    ]
+    assert not bad, f"names STYLE.md rules out: {bad}"
+
+
+def test_bias_is_always_the_bool_of_torch():
+    bad = [
+        where
+        for where, sig in public_signatures()
+        if "bias" in sig.parameters and "bool" not in str(sig.parameters["bias"].annotation)
+    ]
+    assert not bad, f"bias that is not a bool (a score shift is score_bias): {bad}"
+
+
+def test_no_block_names_a_submodule_the_vocabulary_rules_out():
+    _, never = vocabulary()
+    bad = []
+    for path in sorted((ROOT / "attention").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for target in getattr(node, "targets", []):
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "self"
+                    and target.attr in never
+                ):
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} self.{target.attr}")
+    assert not bad, f"attributes STYLE.md rules out: {bad}"
+
+
+def test_the_checks_see_a_ruled_out_name():
+    _, never = vocabulary()
+
+    def old(q, k, v, *, alignment="top_left", batch=1):  # the forms ruled out
+        return q
+
+    assert {"q", "k", "v", "alignment", "batch"} <= set(inspect.signature(old).parameters) & never

@@ -265,27 +265,13 @@ def test_probsparse_forecaster_equals_the_dense_one_when_every_query_is_selected
     torch.manual_seed(0)
     dense = TransformerForecaster(12, 4, **TF_SIZES, num_layers=2, period=12).double()
     sparse = TransformerForecaster(
-        12,
-        4,
-        d_model=16,
-        num_heads=2,
-        num_layers=2,
-        d_ff=32,
-        period=12,
-        attn_fn=ProbSparseAttention(factor=5),
+        12, 4, **TF_SIZES, num_layers=2, period=12, attn_fn=ProbSparseAttention(factor=5)
     ).double()
     sparse.load_state_dict(dense.state_dict())
     x, phase = _history(3, 12, dtype=torch.float64), torch.arange(12).expand(3, -1)
     torch.testing.assert_close(sparse(x, phase), dense(x, phase))
     few = TransformerForecaster(
-        12,
-        4,
-        d_model=16,
-        num_heads=2,
-        num_layers=2,
-        d_ff=32,
-        period=12,
-        attn_fn=ProbSparseAttention(factor=1),
+        12, 4, **TF_SIZES, num_layers=2, period=12, attn_fn=ProbSparseAttention(factor=1)
     ).double()
     few.load_state_dict(dense.state_dict())
     assert not torch.allclose(few(x, phase), dense(x, phase))  # 3 of 12 queries: different

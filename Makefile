@@ -75,7 +75,9 @@ NBVAL     := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
 # an instruction set other than the one that executed them, where this CPU has one
 # (book/notebooks/isa.py says which, on the first line); rounding-sensitive numbers are
 # compared within their cell's tolerance class (book/notebooks/tolerance.py).
+# With no executed notebook, pytest would be handed no path and run every test instead.
 test-notebooks: venv
+	@test -n "$(strip $(NOTEBOOKS))" || { echo "test-notebooks: no executed notebook found (run make execute)"; exit 1; }
 	@isa_env="$$($(PY) -m book.notebooks.isa $(filter-out exercises/%,$(NOTEBOOKS)))" && \
 	echo "env $$isa_env OMP_NUM_THREADS=1 pytest --nbval-lax ..." && \
 	env $$isa_env OMP_NUM_THREADS=1 $(PYTEST) $(NBVAL) $(NOTEBOOKS)

@@ -20,7 +20,10 @@ Package rules (every public function and module; tests/attention/test_bad_inputs
   (a property test covers every variant; flash_attention's shared lazy-rescale decision can
   move another element's output by rounding only). Non-finite *arguments* are refused:
   ``scale``, ``eps``, ``logit_scale``, ``mlp_ratio``, and NaN or ``+inf`` in a float mask
-  (``-inf`` there means "not allowed").
+  (``-inf`` there means "not allowed"). ``safe_softmax`` refuses a ``+inf`` score (its
+  softmax is ``inf / inf``; the check reads the row maxima it computes anyway, so it costs no
+  pass over the data); the attention functions and ``normalize_scores``, whose scores come
+  from the inputs, apply the same softmax unchecked, so an inf there follows the rule above.
 - **Empty inputs.** A zero-sized batch, head, sequence or head-dim axis gives the correct
   empty result, never an error or NaN: empty outputs for an empty batch, heads or queries;
   zeros for queries when there are no keys (every row fully masked); for a head dim of 0

@@ -195,11 +195,11 @@ class Encoder(nn.Module):
 
     def __init__(
         self,
-        num_layers: int,
         d_model: int,
         num_heads: int,
         d_ff: int,
         *,
+        num_layers: int,
         dropout: float = 0.0,
         pre_ln: bool = False,
         activation: str = "relu",
@@ -278,7 +278,7 @@ class SequenceClassifier(nn.Module):
         if positional == "sinusoidal":
             self.pos = SinusoidalPositionalEncoding(d_model, max_len=max_len)
         elif positional == "learned":
-            self.pos = LearnedPositionalEmbedding(max_len, d_model)
+            self.pos = LearnedPositionalEmbedding(d_model, max_len=max_len)
             # nn.Embedding starts tokens at N(0, 1); the table's BERT-style N(0, 0.02) would
             # leave positions ~50x weaker than tokens and slow to learn. Match the scales.
             nn.init.normal_(self.pos.weight, std=1.0)
@@ -292,10 +292,10 @@ class SequenceClassifier(nn.Module):
             rotary = RotaryEmbedding(d_model // num_heads)
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
         self.encoder = Encoder(
-            num_layers,
             d_model,
             num_heads,
             d_ff,
+            num_layers=num_layers,
             dropout=dropout,
             pre_ln=pre_ln,
             activation=activation,
@@ -321,6 +321,14 @@ class SequenceClassifier(nn.Module):
             if lengths.shape != (b,):
                 raise ValueError(
                     f"lengths must have shape (batch,) = ({b},), got {tuple(lengths.shape)}"
+                )
+            integer = lengths.dtype != torch.bool and not (
+                lengths.is_floating_point() or lengths.is_complex()
+            )  # other dtypes are refused by padding_mask
+            if integer and lengths.numel() and int(lengths.max()) > l:
+                raise ValueError(
+                    f"lengths must be <= the sequence length of tokens ({l}), got a length of "
+                    f"{int(lengths.max())}"
                 )
             keep = padding_mask(lengths, l, device=tokens.device)[:, 0, 0, :]  # (B, L)
         else:
@@ -385,7 +393,7 @@ class SequenceClassifier(nn.Module):
 
 
 class DecoderBlock(nn.Module):
-    """GPT-style pre-LN block: ``x = x + drop(attn(ln1(x)))``, ``x = x + drop(mlp(ln2(x)))``.
+    """GPT-style pre-LN block: ``x = x + drop(attn(norm1(x)))``, ``x = x + drop(ff(norm2(x)))``.
 
     Causal by default; ``causal=False`` removes the mask (the chapter that shows a decoder
     "cheating" by reading the token it must predict). ``forward(x (B, L, D), *, mask=None,
@@ -408,7 +416,7 @@ class DecoderBlock(nn.Module):
     ) -> None:
         super().__init__()
         self.causal = bool(causal)
-        self.ln1 = nn.LayerNorm(d_model)
+        self.norm1 = nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(
             d_model,
             num_heads,
@@ -417,18 +425,18 @@ class DecoderBlock(nn.Module):
             rotary=rotary,
             attn_fn=attn_fn,
         )
-        self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = FeedForward(d_model, d_ff, dropout=dropout, activation=activation)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.ff = FeedForward(d_model, d_ff, dropout=dropout, activation=activation)
         self.dropout = nn.Dropout(dropout)
 
     def forward(
         self, x: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         """``(B, L, D) → (B, L, D)``; with ``need_weights`` also ``(B, H, L, L)`` weights."""
-        check_tokens("x", x, self.attn.d_model, dtype=self.ln1.weight.dtype)
+        check_tokens("x", x, self.attn.d_model, dtype=self.norm1.weight.dtype)
         a, weights = _self_attention_sublayer(
-            self.attn, self.ln1(x), mask, self.causal, need_weights
+            self.attn, self.norm1(x), mask, self.causal, need_weights
         )  # (B, L, D)
         x = x + self.dropout(a)  # (B, L, D)
-        x = x + self.dropout(self.mlp(self.ln2(x)))  # (B, L, D)
+        x = x + self.dropout(self.ff(self.norm2(x)))  # (B, L, D)
         return (x, weights) if need_weights else x

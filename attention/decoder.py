@@ -65,13 +65,13 @@ class KVCache:
         """Bytes held by the cache: ``2 · layers · B · H_kv · max_len · d_head · itemsize``."""
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)
 
-    def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write ``k, v (B, H_kv, n, d_head)`` at positions ``length .. length + n - 1`` of
+    def append(self, layer: int, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Write ``key, value (B, H_kv, n, d_head)`` at positions ``length .. length + n - 1`` of
         ``layer``; return that layer's keys and values so far, ``(B, H_kv, length + n, d_head)``."""
         if not 0 <= layer < self.num_layers:
             raise ValueError(f"layer must be in [0, {self.num_layers}), got {layer!r}")
         want = (self.batch_size, self.num_kv_heads, self.head_dim)
-        for name, t in (("k", k), ("v", v)):
+        for name, t in (("key", key), ("value", value)):
             check_tensor(name, t)
             check_rank(name, t, 4, "[batch, kv_heads, new, head_dim]")
             if (t.shape[0], t.shape[1], t.shape[3]) != want:
@@ -79,8 +79,11 @@ class KVCache:
                     f"{name} must have shape (B, H_kv, n, d_head) = ({want[0]}, {want[1]}, n, "
                     f"{want[2]}), got {tuple(t.shape)}"
                 )
+        k, v = key, value
         if k.shape[2] != v.shape[2]:
-            raise ValueError(f"k and v must hold as many positions, got {k.shape[2]}, {v.shape[2]}")
+            raise ValueError(
+                f"key and value must hold as many positions, got {k.shape[2]}, {v.shape[2]}"
+            )
         end = self.length + k.shape[2]
         if end > self.max_len:
             raise ValueError(
@@ -135,7 +138,7 @@ class CharDecoder(nn.Module):
         check_positive_int("num_layers", num_layers)
         self.causal = check_bool("causal", causal)
         self.embed = nn.Embedding(vocab_size, d_model)
-        self.pos = LearnedPositionalEmbedding(max_len, d_model)
+        self.pos = LearnedPositionalEmbedding(d_model, max_len=max_len)
         # nn.Embedding starts tokens at N(0, 1); GPT-2's N(0, 0.02) positions would be ~50x
         # weaker and slow to learn on the book's short runs. Match the scales.
         nn.init.normal_(self.pos.weight, std=1.0)
@@ -153,10 +156,10 @@ class CharDecoder(nn.Module):
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size)
         attn = self.blocks[0].attn
-        self.num_heads, self.num_kv_heads, self.d_head = (
+        self.num_heads, self.num_kv_heads, self.head_dim = (
             attn.num_heads,
             attn.num_kv_heads,
-            attn.d_head,
+            attn.head_dim,
         )
 
     def new_cache(self, batch_size: int, *, max_len: int | None = None) -> KVCache:
@@ -166,7 +169,7 @@ class CharDecoder(nn.Module):
             len(self.blocks),
             batch_size,
             self.num_kv_heads,
-            self.d_head,
+            self.head_dim,
             self.max_len if max_len is None else max_len,
             dtype=w.dtype,
             device=w.device,
@@ -216,7 +219,7 @@ def _cached_block(block: DecoderBlock, x: Tensor, cache: KVCache, layer: int) ->
     and values are appended, the new queries attend over every cached and new key (the causal
     mask aligned bottom-right: the last new query sees every key)."""
     attn = block.attn
-    h = block.ln1(x)  # (B, n, D)
+    h = block.norm1(x)  # (B, n, D)
     q = split_heads(attn.q_proj(h), num_heads=attn.num_heads)  # (B, H, n, Dh)
     k = split_heads(attn.k_proj(h), num_heads=attn.num_kv_heads)  # (B, H_kv, n, Dh)
     v = split_heads(attn.v_proj(h), num_heads=attn.num_kv_heads)  # (B, H_kv, n, Dh)
@@ -230,7 +233,7 @@ def _cached_block(block: DecoderBlock, x: Tensor, cache: KVCache, layer: int) ->
         enable_gqa=attn.num_kv_heads != attn.num_heads,
     )  # (B, H, n, Dh)
     x = x + block.dropout(attn.out_proj(merge_heads(out)))  # (B, n, D)
-    return x + block.dropout(block.mlp(block.ln2(x)))  # (B, n, D)
+    return x + block.dropout(block.ff(block.norm2(x)))  # (B, n, D)
 
 
 @dataclass(frozen=True)

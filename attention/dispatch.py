@@ -29,7 +29,6 @@ is ANDed with the mask. A query with no allowed key gets zeros on every backend.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from ._checks import (
     check_bool,
@@ -40,63 +39,12 @@ from ._checks import (
     check_scale,
 )
 from .efficient.flash import flash_attention
-from .functional import scaled_dot_product_attention
-from .masks import causal_mask, combine_masks, to_additive
+from .functional import scaled_dot_product_attention, torch_sdpa
 
 Tensor = torch.Tensor
 
 BACKENDS = ("reference", "torch", "flash", "triton")
 _MASKLESS = ("flash", "triton")
-
-
-def torch_sdpa(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    mask: Tensor | None = None,
-    *,
-    causal: bool = False,
-    scale: float | None = None,
-) -> Tensor:
-    """``torch.nn.functional.scaled_dot_product_attention`` with the book's conventions.
-
-    Args:
-        query: ``(B, H, Lq, E)``; key ``(B, H, Lk, E)``; value ``(B, H, Lk, Ev)``.
-        mask: bool (``True`` = may attend) or float (additive bias), broadcastable to
-            ``(B, H, Lq, Lk)``.
-        causal: top-left causal mask, ANDed with ``mask`` (torch refuses both at once, so they
-            are merged here into one mask; without a mask torch's ``is_causal`` fast path runs).
-        scale: default ``1 / sqrt(E)``.
-
-    Returns:
-        ``(B, H, Lq, Ev)``. Rows with no allowed key are zeros: some fused CUDA kernels return
-        NaN there, so such rows are opened to every key before the call (no NaN in the forward
-        or the backward pass) and zeroed after it.
-    """
-    check_qkv(query, key, value)
-    check_bool("causal", causal)
-    scale = check_scale(scale)
-    b, h, lq, _ = query.shape
-    lk = key.shape[-2]
-    check_mask(mask, (b, h, lq, lk), device=query.device)
-    if mask is None:
-        return F.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=scale)
-
-    if causal:
-        allowed = causal_mask(lq, lk, device=query.device)  # (Lq, Lk)
-        if mask.dtype == torch.bool:
-            mask = combine_masks(mask, allowed)
-        else:
-            mask = mask + to_additive(allowed, dtype=mask.dtype)
-    if mask.dtype == torch.bool:
-        has_key = mask.any(dim=-1, keepdim=True)  # (..., Lq, 1)
-        safe_mask = mask | ~has_key
-    else:
-        mask = mask.to(query.dtype)  # torch wants the bias in the query's dtype
-        has_key = ~torch.isneginf(mask).all(dim=-1, keepdim=True)  # (..., Lq, 1)
-        safe_mask = mask.masked_fill(~has_key, 0.0)
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=safe_mask, scale=scale)
-    return torch.where(has_key, out, torch.zeros((), dtype=out.dtype, device=out.device))
 
 
 def backend_unavailable_reason(

@@ -1,4 +1,6 @@
-"""Scaled dot-product attention: the reference every other variant is tested against.
+"""Scaled dot-product attention: the reference every other variant is tested against, and
+torch's fused version with the same conventions (:func:`torch_sdpa`, the ``"torch"`` backend
+of :mod:`attention.dispatch`, which the GPU paths fall back to).
 
 Layout: ``[batch, heads, seq, dim]``. Boolean masks: ``True`` = may attend (the polarity of
 ``torch.nn.functional.scaled_dot_product_attention``). Float masks are additive biases.
@@ -7,6 +9,7 @@ Layout: ``[batch, heads, seq, dim]``. Boolean masks: ``True`` = may attend (the 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from ._checks import (
     check_bool,
@@ -17,14 +20,13 @@ from ._checks import (
     check_mask,
     check_probability,
     check_qkv,
+    check_scale,
     compute_dtype,
     resolve_scale,
 )
-from .masks import causal_mask
+from .masks import CAUSAL_ALIGNMENTS, causal_mask, combine_masks, to_additive
 
 Tensor = torch.Tensor
-
-CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
 
 
 def safe_softmax(scores: Tensor, *, dim: int = -1) -> Tensor:
@@ -32,20 +34,47 @@ def safe_softmax(scores: Tensor, *, dim: int = -1) -> Tensor:
 
     A fully masked row has no key to attend to; the convention (torch >= 2.5's SDPA too) is an
     all-zero weight row, hence a zero output. Gradients stay finite: the masked entries never
-    reach ``exp`` with a NaN.
+    reach ``exp`` with a NaN. A 0-dim ``scores`` is one row of one entry, as in
+    ``torch.softmax``: ``1`` (``0`` for ``-inf``).
+
+    A ``+inf`` score is refused (``ValueError``): its softmax is ``inf / inf`` (torch returns
+    NaN), and the limit is not defined when a row holds two of them. The check reads the row
+    maxima the shift computes anyway, so it costs no pass over ``scores``. NaN scores are not
+    scanned and give NaN in their row (the package's NaN policy). The attention functions
+    compute their scores from their inputs and apply the same softmax without this check, so
+    an inf in an input propagates as the NaN policy says instead of raising.
     """
     check_float("scores", scores)
     check_dim("dim", dim, scores.dim())
+    if scores.dim() == 0:  # one row of one entry
+        return safe_softmax(scores.reshape(1), dim=0).reshape(())
+    weights, row_max = _softmax_and_row_max(scores, dim)
+    n_pos_inf = int((row_max == float("inf")).sum())
+    if n_pos_inf:
+        raise ValueError(
+            f"scores must be finite or -inf (= not allowed), got {n_pos_inf} rows holding +inf "
+            f"(softmax of +inf is inf / inf, undefined)"
+        )
+    return weights
+
+
+def _softmax(scores: Tensor, dim: int = -1) -> Tensor:
+    """:func:`safe_softmax` without its argument checks, for scores computed from inputs."""
+    return _softmax_and_row_max(scores, dim)[0]
+
+
+def _softmax_and_row_max(scores: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+    """Softmax along ``dim`` (zeros for an all ``-inf`` row) and the detached row maxima."""
     if scores.shape[dim] == 0:  # no keys at all: nothing to attend to
-        return torch.zeros_like(scores)
+        return torch.zeros_like(scores), scores.detach().sum(dim=dim, keepdim=True)
     # The shift only guards exp against overflow (softmax ignores it): detached, so that
     # autograd neither keeps the scores for amax's backward nor routes gradient through it.
     row_max = scores.detach().amax(dim=dim, keepdim=True)
     # A row of -inf has max -inf; subtracting it would give (-inf) - (-inf) = NaN.
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    exp = torch.exp(scores - row_max)
+    shift = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    exp = torch.exp(scores - shift)
     denom = exp.sum(dim=dim, keepdim=True)
-    return exp / torch.where(denom == 0, torch.ones_like(denom), denom)
+    return exp / torch.where(denom == 0, torch.ones_like(denom), denom), row_max
 
 
 def scaled_dot_product_attention(
@@ -109,7 +138,9 @@ def scaled_dot_product_attention(
     scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Lq, Lk)
     allowed = None
     if causal and lq > 0 and lk > 0:  # an empty side has nothing to mask
-        allowed = causal_mask(lq, lk, alignment=causal_alignment, device=q.device)  # (Lq, Lk)
+        allowed = causal_mask(  # (Lq, Lk)
+            lq, lk, causal_alignment=causal_alignment, device=q.device
+        )
     if mask is not None and mask.dtype == torch.bool:
         allowed = mask if allowed is None else allowed & mask
     elif mask is not None:
@@ -117,7 +148,7 @@ def scaled_dot_product_attention(
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
 
-    weights = safe_softmax(scores, dim=-1)  # (B, H, Lq, Lk)
+    weights = _softmax(scores, dim=-1)  # (B, H, Lq, Lk)
     dropped = weights
     if training and dropout_p > 0.0:
         keep = torch.rand(weights.shape, device=weights.device, generator=generator) >= dropout_p
@@ -126,3 +157,53 @@ def scaled_dot_product_attention(
     if need_weights:
         return out, weights.to(out_dtype)
     return out
+
+
+def torch_sdpa(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
+    """``torch.nn.functional.scaled_dot_product_attention`` with the book's conventions.
+
+    Args:
+        query: ``(B, H, Lq, E)``; key ``(B, H, Lk, E)``; value ``(B, H, Lk, Ev)``.
+        mask: bool (``True`` = may attend) or float (additive bias), broadcastable to
+            ``(B, H, Lq, Lk)``.
+        causal: top-left causal mask, ANDed with ``mask`` (torch refuses both at once, so they
+            are merged here into one mask; without a mask torch's ``is_causal`` fast path runs).
+        scale: default ``1 / sqrt(E)``.
+
+    Returns:
+        ``(B, H, Lq, Ev)``. Rows with no allowed key are zeros: some fused CUDA kernels return
+        NaN there, so such rows are opened to every key before the call (no NaN in the forward
+        or the backward pass) and zeroed after it.
+    """
+    check_qkv(query, key, value)
+    check_bool("causal", causal)
+    scale = check_scale(scale)
+    b, h, lq, _ = query.shape
+    lk = key.shape[-2]
+    check_mask(mask, (b, h, lq, lk), device=query.device)
+    if mask is None:
+        return F.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=scale)
+
+    if causal:
+        allowed = causal_mask(lq, lk, device=query.device)  # (Lq, Lk)
+        if mask.dtype == torch.bool:
+            mask = combine_masks(mask, allowed)
+        else:
+            mask = mask + to_additive(allowed, dtype=mask.dtype)
+    if mask.dtype == torch.bool:
+        has_key = mask.any(dim=-1, keepdim=True)  # (..., Lq, 1)
+        safe_mask = mask | ~has_key
+    else:
+        mask = mask.to(query.dtype)  # torch wants the bias in the query's dtype
+        has_key = ~torch.isneginf(mask).all(dim=-1, keepdim=True)  # (..., Lq, 1)
+        safe_mask = mask.masked_fill(~has_key, 0.0)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=safe_mask, scale=scale)
+    return torch.where(has_key, out, torch.zeros((), dtype=out.dtype, device=out.device))

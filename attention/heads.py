@@ -58,16 +58,17 @@ def merge_heads(x: Tensor) -> Tensor:
 class SelfAttention(nn.Module):
     """One attention head, the smallest complete version: Q, K, V projections, no output one.
 
-    ``SelfAttention(d_model, d_k)`` maps ``x (B, L, d_model)`` to ``(B, L, d_k)``.
+    ``SelfAttention(d_model, head_dim)`` maps ``x (B, L, d_model)`` to ``(B, L, head_dim)``
+    (``head_dim`` is the paper's ``d_k``; default ``d_model``).
     """
 
-    def __init__(self, d_model: int, d_k: int | None = None) -> None:
+    def __init__(self, d_model: int, head_dim: int | None = None) -> None:
         super().__init__()
         self.d_model = check_positive_int("d_model", d_model)
-        self.d_k = d_model if d_k is None else check_positive_int("d_k", d_k)
-        self.w_q = nn.Linear(self.d_model, self.d_k, bias=False)
-        self.w_k = nn.Linear(self.d_model, self.d_k, bias=False)
-        self.w_v = nn.Linear(self.d_model, self.d_k, bias=False)
+        self.head_dim = d_model if head_dim is None else check_positive_int("head_dim", head_dim)
+        self.w_q = nn.Linear(self.d_model, self.head_dim, bias=False)
+        self.w_k = nn.Linear(self.d_model, self.head_dim, bias=False)
+        self.w_v = nn.Linear(self.d_model, self.head_dim, bias=False)
 
     def forward(
         self,
@@ -84,7 +85,7 @@ class SelfAttention(nn.Module):
             causal: forbid attending to later positions (ANDed with ``mask``).
             need_weights: also return the weights ``(B, L, L)``.
 
-        Returns ``(B, L, d_k)`` (and the weights).
+        Returns ``(B, L, head_dim)`` (and the weights).
         """
         check_tokens("x", x, self.d_model, dtype=self.w_q.weight.dtype)
         b, l, _ = x.shape
@@ -143,15 +144,15 @@ class MultiHeadAttention(nn.Module):
             raise TypeError(
                 f"rotary must be a RotaryEmbedding module or None, got {type(rotary).__name__}"
             )
-        self.d_head = d_model // num_heads
-        rot_dim = getattr(rotary, "head_dim", self.d_head)
-        if rot_dim != self.d_head:
+        self.head_dim = d_model // num_heads
+        rot_dim = getattr(rotary, "head_dim", self.head_dim)
+        if rot_dim != self.head_dim:
             raise ValueError(
-                f"rotary.head_dim must equal d_model // num_heads = {self.d_head}, got {rot_dim}"
+                f"rotary.head_dim must equal d_model // num_heads = {self.head_dim}, got {rot_dim}"
             )
         self.rotary = rotary
         self.attn_fn = attn_fn
-        kv_width = self.num_kv_heads * self.d_head
+        kv_width = self.num_kv_heads * self.head_dim
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, kv_width, bias=bias)
         self.v_proj = nn.Linear(d_model, kv_width, bias=bias)

@@ -16,10 +16,13 @@ from ._checks import (
     check_float_dtype,
     check_positive_int,
     check_rank,
+    check_same_device,
     check_tensor,
 )
 
 Tensor = torch.Tensor
+
+CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
 
 
 def _offsets(n_queries: int, n_keys: int, device=None) -> Tensor:
@@ -33,20 +36,20 @@ def causal_mask(
     n_queries: int,
     n_keys: int | None = None,
     *,
-    alignment: str = "top_left",
+    causal_alignment: str = "top_left",
     device: torch.device | str | None = None,
 ) -> Tensor:
     """``(Lq, Lk)`` bool mask: query i may attend key j iff j is not in its future.
 
-    ``alignment="top_left"`` (torch's ``is_causal``): ``j <= i``.
-    ``alignment="bottom_right"`` (FlashAttention, cached decoding): ``j <= i + Lk - Lq``, so the
-    last query sees all keys.
+    ``causal_alignment="top_left"`` (torch's ``is_causal``): ``j <= i``.
+    ``causal_alignment="bottom_right"`` (FlashAttention, cached decoding):
+    ``j <= i + Lk - Lq``, so the last query sees all keys.
     """
     n_queries = check_positive_int("n_queries", n_queries)
     n_keys = n_queries if n_keys is None else check_positive_int("n_keys", n_keys)
-    check_choice("alignment", alignment, ("top_left", "bottom_right"))
+    check_choice("causal_alignment", causal_alignment, CAUSAL_ALIGNMENTS)
     check_device("device", device)
-    shift = n_keys - n_queries if alignment == "bottom_right" else 0
+    shift = n_keys - n_queries if causal_alignment == "bottom_right" else 0
     return _offsets(n_queries, n_keys, device) <= shift
 
 
@@ -126,8 +129,9 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
         if m.dtype != torch.bool:
             raise TypeError(f"masks[{idx}] must be a bool mask (True = may attend), got {m.dtype}")
         if out is None:
-            out = m
+            out, first = m, idx
             continue
+        check_same_device(f"masks[{idx}]", m, f"masks[{first}]", out)
         try:
             shape = torch.broadcast_shapes(out.shape, m.shape)
         except RuntimeError as err:

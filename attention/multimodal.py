@@ -43,7 +43,7 @@ CLIP_MAX_LOGIT_SCALE = math.log(100.0)
 class CrossAttentionBlock(nn.Module):
     """Pre-LN cross-attention block: queries from ``x``, keys/values from ``context``.
 
-    ``x = x + attn(norm_x(x), context=norm_context(context)); x = x + ffn(norm_ffn(x))``.
+    ``x = x + attn(norm1(x), context=norm_context(context)); x = x + ff(norm2(x))``.
 
     Args:
         d_model: width of the query tokens ``x`` (and of the block's output).
@@ -77,22 +77,22 @@ class CrossAttentionBlock(nn.Module):
         self.context_dim = (
             d_model if context_dim is None else check_positive_int("context_dim", context_dim)
         )
-        self.norm_x = nn.LayerNorm(d_model)
+        self.norm1 = nn.LayerNorm(d_model)
         self.norm_context = nn.LayerNorm(self.context_dim)
         # Only when widths differ: a projection that would be the identity is left out.
         self.context_proj = (
             nn.Linear(self.context_dim, d_model) if self.context_dim != d_model else nn.Identity()
         )
         self.attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
-        self.norm_ffn = nn.LayerNorm(d_model)
-        self.ffn = FeedForward(d_model, d_ff, dropout=dropout, activation=activation)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.ff = FeedForward(d_model, d_ff, dropout=dropout, activation=activation)
 
     def forward(
         self,
         x: Tensor,
         context: Tensor,
-        mask: Tensor | None = None,
         *,
+        mask: Tensor | None = None,
         need_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Returns ``(B, Lq, d_model)``; with ``need_weights`` also the per-head weights
@@ -108,10 +108,10 @@ class CrossAttentionBlock(nn.Module):
         check_module_input("x", x, self)
         check_module_input("context", context, self)
         memory = self.context_proj(self.norm_context(context))  # (B, Lk, D)
-        result = self.attn(self.norm_x(x), memory, mask=mask, need_weights=need_weights)
+        result = self.attn(self.norm1(x), memory, mask=mask, need_weights=need_weights)
         attended, weights = result if need_weights else (result, None)  # (B, Lq, D)
         x = x + attended  # (B, Lq, D)
-        x = x + self.ffn(self.norm_ffn(x))  # (B, Lq, D)
+        x = x + self.ff(self.norm2(x))  # (B, Lq, D)
         return (x, weights) if need_weights else x
 
 

@@ -6,8 +6,9 @@ weight exactly 0 under every normaliser. Float masks are additive biases on the 
 - ``"softmax"``: ``exp(s) / Σ exp(s)`` (the reference; :func:`attention.functional.safe_softmax`).
 - ``"sigmoid"``: ``σ(s + b)``, each weight on its own; the row does not sum to 1. Ramapuram et
   al. (2024) add the bias ``b = −log n`` (``n`` = number of keys) so that, at initialisation,
-  the weights of a row sum to about 1 whatever the length. ``bias=None`` uses ``−log n`` with
-  ``n`` the number of keys a row may attend to; pass ``bias=0.0`` for the plain sigmoid.
+  the weights of a row sum to about 1 whatever the length. ``score_bias=None`` uses ``−log n``
+  with ``n`` the number of keys a row may attend to; pass ``score_bias=0.0`` for the plain
+  sigmoid.
 - ``"relu"``: ``relu(s) / Σ relu(s)``: non-negative and sums to 1, but a row whose scores are
   all ≤ 0 has nothing to normalise: it gives zeros, and no gradient reaches its scores.
 - ``"plain"``: ``s / Σ s``: sums to 1 but may be negative, and explodes when ``Σ s`` is near 0;
@@ -22,8 +23,15 @@ import math
 
 import torch
 
-from ._checks import check_choice, check_mask, check_qkv, compute_dtype, resolve_scale
-from .functional import safe_softmax
+from ._checks import (
+    check_choice,
+    check_float,
+    check_mask,
+    check_qkv,
+    compute_dtype,
+    resolve_scale,
+)
+from .functional import _softmax
 
 Tensor = torch.Tensor
 
@@ -32,50 +40,58 @@ __all__ = ["NORMALIZERS", "normalize_scores", "normalized_attention", "sigmoid_a
 NORMALIZERS = ("softmax", "sigmoid", "relu", "plain")
 
 
-def _check_bias(bias: object) -> float | None:
-    if bias is None:
+def _check_score_bias(score_bias: object) -> float | None:
+    if score_bias is None:
         return None
-    if isinstance(bias, bool) or not isinstance(bias, (int, float)):
-        raise TypeError(f"bias must be a float or None (−log n), got {type(bias).__name__}")
-    if not math.isfinite(bias):
-        raise ValueError(f"bias must be finite, got {bias}")
-    return float(bias)
+    if isinstance(score_bias, bool) or not isinstance(score_bias, (int, float)):
+        raise TypeError(
+            f"score_bias must be a float or None (−log n), got {type(score_bias).__name__}"
+        )
+    if not math.isfinite(score_bias):
+        raise ValueError(f"score_bias must be finite, got {score_bias}")
+    return float(score_bias)
 
 
 def normalize_scores(
     scores: Tensor,
     *,
     normalizer: str = "softmax",
-    allowed: Tensor | None = None,
-    bias: float | None = None,
+    mask: Tensor | None = None,
+    score_bias: float | None = None,
 ) -> Tensor:
     """Attention weights from scores ``(..., Lq, Lk)`` along the last dim.
 
     Args:
-        scores: float tensor ``(..., Lq, Lk)`` (already scaled, biases added).
+        scores: float tensor ``(..., Lq, Lk)`` (already scaled).
         normalizer: one of :data:`NORMALIZERS`.
-        allowed: bool, broadcastable to ``scores``; ``True`` = may attend. Forbidden keys get 0.
-        bias: only for ``"sigmoid"``: added to every score; ``None`` = ``−log n``, ``n`` the
-            number of allowed keys of the row (at least 1).
+        mask: bool (``True`` = may attend; forbidden keys get 0) or float (added to the scores),
+            broadcastable to ``scores`` and covering every key.
+        score_bias: only for ``"sigmoid"``: added to every score; ``None`` = ``−log n``, ``n``
+            the number of allowed keys of the row (at least 1).
     """
+    check_float("scores", scores)
     check_choice("normalizer", normalizer, NORMALIZERS)
-    bias = _check_bias(bias)
-    if bias is not None and normalizer != "sigmoid":
+    score_bias = _check_score_bias(score_bias)
+    if score_bias is not None and normalizer != "sigmoid":
         raise ValueError(
-            f"bias is only used by normalizer='sigmoid', got normalizer={normalizer!r}"
+            f"score_bias is only used by normalizer='sigmoid', got normalizer={normalizer!r}"
         )
-    if allowed is None:
-        allowed = torch.ones((), dtype=torch.bool, device=scores.device)
+    check_mask(mask, scores.shape, device=scores.device)
+    allowed = torch.ones((), dtype=torch.bool, device=scores.device)
+    if mask is not None and mask.dtype == torch.bool:
+        allowed = mask
+    elif mask is not None:
+        scores = scores + mask.to(scores.dtype)  # additive bias (may hold -inf)
     allowed = allowed.expand_as(scores)  # (..., Lq, Lk)
     zero = torch.zeros_like(scores)
     if normalizer == "softmax":
-        return safe_softmax(scores.masked_fill(~allowed, float("-inf")))
+        return _softmax(scores.masked_fill(~allowed, float("-inf")))
     if normalizer == "sigmoid":
-        if bias is None:
+        if score_bias is None:
             n = allowed.sum(dim=-1, keepdim=True).clamp(min=1).to(scores.dtype)  # (..., Lq, 1)
             shift = -torch.log(n)
         else:
-            shift = bias
+            shift = score_bias
         return torch.where(allowed, torch.sigmoid(scores + shift), zero)
     if normalizer == "relu":
         top = torch.where(allowed, torch.relu(scores), zero)  # (..., Lq, Lk)
@@ -93,7 +109,7 @@ def normalized_attention(
     mask: Tensor | None = None,
     *,
     normalizer: str = "softmax",
-    bias: float | None = None,
+    score_bias: float | None = None,
     scale: float | None = None,
     need_weights: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
@@ -106,7 +122,7 @@ def normalized_attention(
     """
     check_qkv(query, key, value)
     check_choice("normalizer", normalizer, NORMALIZERS)
-    bias = _check_bias(bias)
+    score_bias = _check_score_bias(score_bias)
     b, h, lq, e = query.shape
     lk = key.shape[2]
     mask = check_mask(mask, (b, h, lq, lk))
@@ -114,13 +130,7 @@ def normalized_attention(
     dtype = compute_dtype(query.dtype)
     q, k, v = (t.to(dtype) for t in (query, key, value))
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, Lq, Lk)
-    allowed = None
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            allowed = mask
-        else:
-            scores = scores + mask.to(dtype)  # (B, H, Lq, Lk)
-    weights = normalize_scores(scores, normalizer=normalizer, allowed=allowed, bias=bias)
+    weights = normalize_scores(scores, normalizer=normalizer, mask=mask, score_bias=score_bias)
     out = (weights @ v).to(query.dtype)  # (B, H, Lq, Ev)
     return (out, weights.to(query.dtype)) if need_weights else out
 
@@ -131,12 +141,13 @@ def sigmoid_attention(
     value: Tensor,
     mask: Tensor | None = None,
     *,
-    bias: float | None = None,
+    score_bias: float | None = None,
     scale: float | None = None,
     need_weights: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Sigmoid attention ``σ(q kᵀ · scale + b) v``; ``bias=None``: ``b = −log n`` (Ramapuram et
-    al. 2024), ``n`` the number of keys each row may attend to; ``bias=0.0``: plain sigmoid.
+    """Sigmoid attention ``σ(q kᵀ · scale + b) v``; ``score_bias=None``: ``b = −log n``
+    (Ramapuram et al. 2024), ``n`` the number of keys each row may attend to;
+    ``score_bias=0.0``: plain sigmoid.
     Shapes and masks as :func:`normalized_attention`."""
     return normalized_attention(
         query,
@@ -144,7 +155,7 @@ def sigmoid_attention(
         value,
         mask,
         normalizer="sigmoid",
-        bias=bias,
+        score_bias=score_bias,
         scale=scale,
         need_weights=need_weights,
     )

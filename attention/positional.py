@@ -31,7 +31,7 @@ from ._checks import (
     check_tokens,
     compute_dtype,
 )
-from .masks import _offsets
+from .masks import CAUSAL_ALIGNMENTS, _offsets
 
 Tensor = torch.Tensor
 
@@ -120,7 +120,7 @@ class LearnedPositionalEmbedding(nn.Module):
     ``max_len`` and the position asked (offset included).
     """
 
-    def __init__(self, max_len: int, d_model: int):
+    def __init__(self, d_model: int, *, max_len: int):
         super().__init__()
         self.max_len = check_positive_int("max_len", max_len)
         self.d_model = check_positive_int("d_model", d_model)
@@ -138,7 +138,7 @@ class LearnedPositionalEmbedding(nn.Module):
         return x + pe.to(x.dtype)  # (B, L, D)
 
     def extra_repr(self) -> str:
-        return f"max_len={self.max_len}, d_model={self.d_model}"
+        return f"d_model={self.d_model}, max_len={self.max_len}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,7 +316,7 @@ def alibi_bias(
     n_queries: int,
     n_keys: int | None = None,
     *,
-    alignment: str = "top_left",
+    causal_alignment: str = "top_left",
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> Tensor:
@@ -324,20 +324,19 @@ def alibi_bias(
 
     This is the symmetric (bidirectional) form. Under a causal mask it equals the paper's
     causal form ``-slope_h * (i - j)`` for ``j <= i`` on every allowed entry, so one function
-    serves both: pass it as ``mask`` together with ``causal=True``. ``alignment`` places the
-    queries when ``Lq != Lk``, as in :func:`attention.masks.causal_mask`: ``"bottom_right"``
+    serves both: pass it as ``mask`` together with ``causal=True``. ``causal_alignment`` places
+    the queries when ``Lq != Lk``, as in :func:`attention.masks.causal_mask`: ``"bottom_right"``
     puts query ``i`` at position ``i + Lk - Lq`` (decoding with a cache). Broadcasts against
     scores ``(B, H, Lq, Lk)``.
     """
     check_float_dtype("dtype", dtype)
     check_device("device", device)
-    # float64 slopes for a float64 bias; every other dtype rounds the float32 slopes, as
-    # before (half-precision biases stay bitwise what they were).
+    # float64 slopes for a float64 bias; every other dtype rounds the float32 slopes once.
     slopes_dtype = torch.float64 if dtype == torch.float64 else torch.float32
     slopes = alibi_slopes(num_heads, dtype=slopes_dtype).to(dtype=dtype, device=device)  # (H,)
     n_queries = check_positive_int("n_queries", n_queries)
     n_keys = n_queries if n_keys is None else check_positive_int("n_keys", n_keys)
-    check_choice("alignment", alignment, ("top_left", "bottom_right"))
-    shift = n_keys - n_queries if alignment == "bottom_right" else 0
+    check_choice("causal_alignment", causal_alignment, CAUSAL_ALIGNMENTS)
+    shift = n_keys - n_queries if causal_alignment == "bottom_right" else 0
     distance = (_offsets(n_queries, n_keys, device) - shift).abs().to(dtype)  # (Lq, Lk)
     return -slopes[:, None, None] * distance  # (H, Lq, Lk)

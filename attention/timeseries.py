@@ -311,11 +311,11 @@ class TransformerForecaster(nn.Module):
         self,
         lookback: int,
         horizon: int,
+        *,
         d_model: int,
         num_heads: int,
         num_layers: int,
         d_ff: int,
-        *,
         period: int | None = None,
         attn_fn=None,
         dropout: float = 0.0,
@@ -331,10 +331,10 @@ class TransformerForecaster(nn.Module):
         )  # (L, D)
         self.phase_embedding = nn.Embedding(period, d_model) if period is not None else None
         self.encoder = Encoder(
-            num_layers,
             d_model,
             num_heads,
             d_ff,
+            num_layers=num_layers,
             dropout=dropout,
             pre_ln=True,
             activation="gelu",

@@ -125,7 +125,7 @@ class ViTEmbedding(nn.Module):
         self.pos_embedding = nn.Parameter(torch.zeros(1, self.num_tokens, d_model))
         nn.init.trunc_normal_(self.cls_token, std=0.02)
         nn.init.trunc_normal_(self.pos_embedding, std=0.02)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(check_probability("dropout", dropout))
 
     def forward(self, images: Tensor) -> Tensor:
         x = self.patches(images)  # (B, N, D)
@@ -149,11 +149,11 @@ class VisionTransformer(nn.Module):
         patch_size: int,
         in_channels: int,
         num_classes: int,
+        *,
         d_model: int,
         num_heads: int,
         num_layers: int,
         d_ff: int,
-        *,
         dropout: float = 0.0,
         attn_fn=None,
         norm_eps: float = 1e-5,
@@ -163,10 +163,10 @@ class VisionTransformer(nn.Module):
         norm_eps = check_nonnegative_float("norm_eps", norm_eps)
         self.embedding = ViTEmbedding(image_size, patch_size, in_channels, d_model, dropout=dropout)
         self.encoder = Encoder(
-            num_layers,
             d_model,
             num_heads,
             d_ff,
+            num_layers=num_layers,
             dropout=dropout,
             pre_ln=True,
             activation="gelu",
@@ -186,7 +186,7 @@ class VisionTransformer(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-def window_partition(x: Tensor, *, window: int) -> Tensor:
+def window_partition(x: Tensor, *, window_size: int) -> Tensor:
     """Cut a grid ``(B, H, W, C)`` into windows ``(B·nW, window², C)``, ``nW = HW / window²``.
 
     Windows are ordered image by image, then row-major over the window grid; tokens inside a
@@ -194,29 +194,32 @@ def window_partition(x: Tensor, *, window: int) -> Tensor:
     """
     check_tensor("x", x)
     check_rank("x", x, 4, "[batch, height, width, channels]")
-    window = check_positive_int("window", window)
+    window_size = check_positive_int("window_size", window_size)
     b, h, w, c = x.shape
-    check_divisible("x's grid", (h, w), "window", window)
-    x = x.view(b, h // window, window, w // window, window, c)  # (B, nH, ws, nW, ws, C)
+    check_divisible("x's grid", (h, w), "window_size", window_size)
+    x = x.view(
+        b, h // window_size, window_size, w // window_size, window_size, c
+    )  # (B, nH, ws, nW, ws, C)
     x = x.permute(0, 1, 3, 2, 4, 5)  # (B, nH, nW, ws, ws, C): the window grid first
-    return x.reshape(-1, window * window, c)  # (B·nW, ws², C)
+    return x.reshape(-1, window_size * window_size, c)  # (B·nW, ws², C)
 
 
-def window_reverse(windows: Tensor, *, window: int, height: int, width: int) -> Tensor:
+def window_reverse(windows: Tensor, *, window_size: int, height: int, width: int) -> Tensor:
     """Inverse of :func:`window_partition`: ``(B·nW, window², C) -> (B, H, W, C)``."""
     check_tensor("windows", windows)
     check_rank("windows", windows, 3, "[batch*num_windows, window*window, channels]")
-    window = check_positive_int("window", window)
+    window_size = check_positive_int("window_size", window_size)
     size = (check_positive_int("height", height), check_positive_int("width", width))
-    check_divisible("(height, width)", size, "window", window)
-    n_h, n_w = height // window, width // window
+    check_divisible("(height, width)", size, "window_size", window_size)
+    n_h, n_w = height // window_size, width // window_size
     bw, n, c = windows.shape
-    if n != window * window or bw % (n_h * n_w):
+    if n != window_size * window_size or bw % (n_h * n_w):
         raise ValueError(
-            f"windows must have shape (B*{n_h * n_w}, {window * window}, C) for a "
-            f"{height}x{width} grid cut into {window}x{window} windows, got {tuple(windows.shape)}"
+            f"windows must have shape (B*{n_h * n_w}, {window_size * window_size}, C) for a "
+            f"{height}x{width} grid cut into {window_size}x{window_size} windows, got "
+            f"{tuple(windows.shape)}"
         )
-    x = windows.view(-1, n_h, n_w, window, window, c)  # (B, nH, nW, ws, ws, C)
+    x = windows.view(-1, n_h, n_w, window_size, window_size, c)  # (B, nH, nW, ws, ws, C)
     x = x.permute(0, 1, 3, 2, 4, 5)  # (B, nH, ws, nW, ws, C)
     return x.reshape(-1, height, width, c)  # (B, H, W, C)
 
@@ -252,26 +255,26 @@ def cyclic_shift(x: Tensor, *, shift: int | tuple[int, int]) -> Tensor:
 
 
 def swin_window_shift(
-    input_resolution, window: int, shift: int | tuple[int, int]
+    input_resolution, window_size: int, shift: int | tuple[int, int]
 ) -> tuple[int, int]:
     """The shift Swin actually applies on a grid ``input_resolution = (H, W)``: ``(rows, cols)``.
 
-    Along an axis that one window covers (``H == window`` or ``W == window``) there is nothing
-    to shift across, so the original Swin (and timm) turn the shift off on that axis: a 4×4
-    grid with window 4 gets ``(0, 0)``, an 8×4 grid ``(shift, 0)``. (With the shift kept, the
-    region mask would cut the single window into bands and each token would see only part of
-    it.)
+    Along an axis that one window covers (``H == window_size`` or ``W == window_size``) there
+    is nothing to shift across, so the original Swin (and timm) turn the shift off on that
+    axis: a 4×4 grid with window 4 gets ``(0, 0)``, an 8×4 grid ``(shift, 0)``. (With the
+    shift kept, the region mask would cut the single window into bands and each token would
+    see only part of it.)
     """
     h, w = _pair("input_resolution", input_resolution)
-    window = check_positive_int("window", window)
+    window_size = check_positive_int("window_size", window_size)
     rows, cols = _shift_pair(shift)
-    return (rows if h > window else 0, cols if w > window else 0)
+    return (rows if h > window_size else 0, cols if w > window_size else 0)
 
 
 def shifted_window_mask(
     height: int,
     width: int,
-    window: int,
+    window_size: int,
     shift: int | tuple[int, int],
     *,
     device: torch.device | str | None = None,
@@ -281,7 +284,7 @@ def shifted_window_mask(
     Returns bool ``(nW, window², window²)``, ``True`` = may attend (the book's polarity; turn
     it into an additive bias with :func:`attention.masks.to_additive`). Window ``n`` is the
     ``n``-th window of :func:`window_partition` on the *shifted* grid. ``shift`` is an int (both
-    axes) or a pair ``(rows, cols)``, each in ``[0, window)``.
+    axes) or a pair ``(rows, cols)``, each in ``[0, window_size)``.
 
     The Swin paper's construction: label each pixel of the shifted grid by the region it came
     from (3 bands along each shifted axis: the untouched part, the last window's part, and the
@@ -290,18 +293,20 @@ def shifted_window_mask(
     attend at least itself, so no row is fully masked.
     """
     size = (check_positive_int("height", height), check_positive_int("width", width))
-    window = check_positive_int("window", window)
+    window_size = check_positive_int("window_size", window_size)
     pair = _shift_pair(shift)
     for v in pair:
         check_positive_int("shift", v, allow_zero=True)
-    check_divisible("(height, width)", size, "window", window)
+    check_divisible("(height, width)", size, "window_size", window_size)
     check_device("device", device)
-    if max(pair) >= window:
-        raise ValueError(f"shift must be in [0, window={window}), got {shift}")
+    if max(pair) >= window_size:
+        raise ValueError(f"shift must be in [0, window_size={window_size}), got {shift}")
     labels = torch.zeros(1, height, width, 1, dtype=torch.long, device=device)
     if any(pair):
         row_bands, col_bands = (
-            (slice(0, -window), slice(-window, -s), slice(-s, None)) if s else (slice(None),)
+            (slice(0, -window_size), slice(-window_size, -s), slice(-s, None))
+            if s
+            else (slice(None),)
             for s in pair
         )
         label = 0
@@ -309,7 +314,7 @@ def shifted_window_mask(
             for cols in col_bands:
                 labels[:, rows, cols, :] = label
                 label += 1
-    per_window = window_partition(labels, window=window).squeeze(-1)  # (nW, ws²)
+    per_window = window_partition(labels, window_size=window_size).squeeze(-1)  # (nW, ws²)
     return per_window[:, :, None] == per_window[:, None, :]  # (nW, ws², ws²)
 
 
@@ -322,21 +327,23 @@ class RelativePositionBias(nn.Module):
     additive bias for the scores.
     """
 
-    def __init__(self, window: int, num_heads: int) -> None:
+    def __init__(self, window_size: int, num_heads: int) -> None:
         super().__init__()
-        self.window = check_positive_int("window", window)
+        self.window_size = check_positive_int("window_size", window_size)
         self.num_heads = check_positive_int("num_heads", num_heads)
-        self.table = nn.Parameter(torch.zeros((2 * window - 1) ** 2, num_heads))
+        self.table = nn.Parameter(torch.zeros((2 * window_size - 1) ** 2, num_heads))
         nn.init.trunc_normal_(self.table, std=0.02)
-        rows, cols = torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij")
+        rows, cols = torch.meshgrid(
+            torch.arange(window_size), torch.arange(window_size), indexing="ij"
+        )
         coords = torch.stack([rows.flatten(), cols.flatten()])  # (2, w²): (row, col) per token
         offsets = coords[:, :, None] - coords[:, None, :]  # (2, w², w²): query - key
-        offsets = offsets + (window - 1)  # shift each axis into 0 .. 2w-2
-        index = offsets[0] * (2 * window - 1) + offsets[1]  # (w², w²)
+        offsets = offsets + (window_size - 1)  # shift each axis into 0 .. 2w-2
+        index = offsets[0] * (2 * window_size - 1) + offsets[1]  # (w², w²)
         self.register_buffer("index", index, persistent=False)
 
     def forward(self) -> Tensor:
-        n = self.window * self.window
+        n = self.window_size * self.window_size
         bias = self.table[self.index.reshape(-1)]  # (w²·w², H)
         return bias.view(n, n, self.num_heads).permute(2, 0, 1)  # (H, w², w²)
 
@@ -344,7 +351,8 @@ class RelativePositionBias(nn.Module):
 class WindowAttention(nn.Module):
     """Multi-head self-attention inside each window, with the relative position bias.
 
-    ``forward(windows (B·nW, w², d_model), mask=None) -> (B·nW, w², d_model)``. ``mask`` is the
+    ``forward(windows (B·nW, w², d_model), *, mask=None) -> (B·nW, w², d_model)``, ``w`` =
+    ``window_size``. ``mask`` is the
     bool ``(nW, w², w²)`` of :func:`shifted_window_mask` (``True`` = may attend), the same for
     every image of the batch. The scores go through the package's
     :func:`attention.functional.scaled_dot_product_attention` with one additive bias =
@@ -352,27 +360,27 @@ class WindowAttention(nn.Module):
     ``B·H·HW·w²`` elements, linear in the image area ``HW``.
     """
 
-    def __init__(self, d_model: int, window: int, num_heads: int, *, qkv_bias: bool = True):
+    def __init__(self, d_model: int, num_heads: int, *, window_size: int, qkv_bias: bool = True):
         super().__init__()
         self.d_model = check_positive_int("d_model", d_model)
-        self.window = check_positive_int("window", window)
+        self.window_size = check_positive_int("window_size", window_size)
         self.num_heads = check_positive_int("num_heads", num_heads)
         check_divisible("d_model", d_model, "num_heads", num_heads)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=qkv_bias)
         self.proj = nn.Linear(d_model, d_model)
-        self.relative_bias = RelativePositionBias(window, num_heads)
+        self.relative_bias = RelativePositionBias(window_size, num_heads)
 
     def forward(
-        self, windows: Tensor, mask: Tensor | None = None, *, need_weights: bool = False
+        self, windows: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
-        n = self.window * self.window
+        n = self.window_size * self.window_size
         check_module_input("windows", windows, self)
         check_rank("windows", windows, 3, "[batch*num_windows, window*window, d_model]")
         bw, _, _ = windows.shape
         if windows.shape[1:] != (n, self.d_model):
             raise ValueError(
-                f"windows must have shape (B*nW, {n}, {self.d_model}) for window={self.window}, "
-                f"got {tuple(windows.shape)}"
+                f"windows must have shape (B*nW, {n}, {self.d_model}) for "
+                f"window_size={self.window_size}, got {tuple(windows.shape)}"
             )
         h, dh = self.num_heads, self.d_model // self.num_heads
         qkv = self.qkv(windows).view(bw, n, 3, h, dh)  # (B·nW, w², 3, H, Dh)
@@ -409,16 +417,17 @@ class WindowAttention(nn.Module):
 class SwinBlock(nn.Module):
     """One Swin Transformer block: pre-LN (shifted) window attention, then a pre-LN MLP.
 
-    ``x = x + attend_windows(norm1(x)); x = x + mlp(norm2(x))`` on tokens ``(B, H·W, d_model)``.
-    ``shift = 0`` gives regular windows; ``shift = window // 2`` the shifted ones (Swin
+    ``x = x + attend_windows(norm1(x)); x = x + ff(norm2(x))`` on tokens ``(B, H·W, d_model)``.
+    ``shift = 0`` gives regular windows; ``shift = window_size // 2`` the shifted ones (Swin
     alternates the two). Attention never leaves a window: cost linear in ``H·W``.
 
     Args:
         d_model: token width ``C``.
-        input_resolution: the token grid, ``int`` or ``(H, W)``, both divisible by ``window``.
+        input_resolution: the token grid, ``int`` or ``(H, W)``, both divisible by
+            ``window_size``.
         num_heads: heads of the window attention.
-        window: side of a square window, in tokens.
-        shift: cyclic shift in ``[0, window)``. Applied only along an axis longer than one
+        window_size: side of a square window, in tokens.
+        shift: cyclic shift in ``[0, window_size)``. Applied only along an axis longer than one
             window (:func:`swin_window_shift`): on a grid that one window covers the block
             attends regular windows whatever ``shift`` says; ``shift_size`` holds what is
             applied, ``(rows, cols)``.
@@ -430,7 +439,7 @@ class SwinBlock(nn.Module):
         d_model: int,
         input_resolution,
         num_heads: int,
-        window: int,
+        window_size: int,
         *,
         shift: int = 0,
         mlp_ratio: float = 4.0,
@@ -439,13 +448,13 @@ class SwinBlock(nn.Module):
         super().__init__()
         self.resolution = _pair("input_resolution", input_resolution)
         self.d_model = check_positive_int("d_model", d_model)
-        self.window = check_positive_int("window", window)
+        self.window_size = check_positive_int("window_size", window_size)
         self.shift = check_positive_int("shift", shift, allow_zero=True)
-        check_divisible("input_resolution", self.resolution, "window", window)
-        if shift >= window:
-            raise ValueError(f"shift must be in [0, window={window}), got {shift}")
+        check_divisible("input_resolution", self.resolution, "window_size", window_size)
+        if shift >= window_size:
+            raise ValueError(f"shift must be in [0, window_size={window_size}), got {shift}")
         self.norm1 = nn.LayerNorm(d_model)
-        self.attn = WindowAttention(d_model, window, num_heads)
+        self.attn = WindowAttention(d_model, num_heads, window_size=window_size)
         self.norm2 = nn.LayerNorm(d_model)
         dropout = check_probability("dropout", dropout)
         if isinstance(mlp_ratio, bool) or not isinstance(mlp_ratio, (int, float)):
@@ -459,12 +468,12 @@ class SwinBlock(nn.Module):
                 f"mlp_ratio must be a number with mlp_ratio * d_model >= 1, got {mlp_ratio!r}"
             )
         # Swin's MLP: the package's FeedForward (dropout on the hidden layer) + output dropout.
-        ffn = FeedForward(d_model, hidden, dropout=dropout, activation="gelu")
-        self.mlp = nn.Sequential(ffn, nn.Dropout(dropout))
+        ff = FeedForward(d_model, hidden, dropout=dropout, activation="gelu")
+        self.ff = nn.Sequential(ff, nn.Dropout(dropout))
         # Per axis: no shift along an axis that one window covers (as in Swin and timm).
-        self.shift_size = swin_window_shift(self.resolution, window, shift)  # (rows, cols)
+        self.shift_size = swin_window_shift(self.resolution, window_size, shift)  # (rows, cols)
         region = (
-            shifted_window_mask(*self.resolution, window, self.shift_size)
+            shifted_window_mask(*self.resolution, window_size, self.shift_size)
             if any(self.shift_size)
             else None
         )
@@ -482,9 +491,11 @@ class SwinBlock(nn.Module):
         rows, cols = self.shift_size
         if rows or cols:
             grid = cyclic_shift(grid, shift=(rows, cols))
-        windows = window_partition(grid, window=self.window)  # (B·nW, w², C)
-        windows = self.attn(windows, self.region_mask)  # (B·nW, w², C)
-        grid = window_reverse(windows, window=self.window, height=h, width=w)  # (B, H, W, C)
+        windows = window_partition(grid, window_size=self.window_size)  # (B·nW, w², C)
+        windows = self.attn(windows, mask=self.region_mask)  # (B·nW, w², C)
+        grid = window_reverse(
+            windows, window_size=self.window_size, height=h, width=w
+        )  # (B, H, W, C)
         if rows or cols:
             grid = cyclic_shift(grid, shift=(-rows, -cols))
         return grid.reshape(-1, h * w, c)  # (B, H·W, C)
@@ -494,7 +505,7 @@ class SwinBlock(nn.Module):
         check_tokens("x", x, c, length=h * w, layout=GRID_LAYOUT)
         check_module_input("x", x, self)
         x = x + self.attend_windows(self.norm1(x))  # (B, H·W, C)
-        return x + self.mlp(self.norm2(x))  # (B, H·W, C)
+        return x + self.ff(self.norm2(x))  # (B, H·W, C)
 
 
 class PatchMerging(nn.Module):
@@ -530,20 +541,20 @@ class PatchMerging(nn.Module):
 
 
 def window_attention_score_count(
-    batch: int, height: int, width: int, num_heads: int, window: int
+    batch_size: int, height: int, width: int, num_heads: int, window_size: int
 ) -> int:
     """Number of score entries one window-attention layer computes: ``B·H_heads·HW·window²``.
 
     Compare with ``B·H_heads·(HW)²`` for global attention over the same grid.
     """
     for name, value in (
-        ("batch", batch),
+        ("batch_size", batch_size),
         ("height", height),
         ("width", width),
         ("num_heads", num_heads),
-        ("window", window),
+        ("window_size", window_size),
     ):
         check_positive_int(name, value)
-    check_divisible("(height, width)", (height, width), "window", window)
-    n_windows = (height // window) * (width // window)
-    return batch * n_windows * num_heads * window**4
+    check_divisible("(height, width)", (height, width), "window_size", window_size)
+    n_windows = (height // window_size) * (width // window_size)
+    return batch_size * n_windows * num_heads * window_size**4

@@ -408,7 +408,7 @@ def variants(report: Report) -> None:
         ),
     )
     n_blocks = -(-n // 64)
-    layout = bigbird_layout(n_blocks, window=1, n_global=1, n_random=2)
+    layout = bigbird_layout(n_blocks, n_window=1, n_global=1, n_random=2)
     block_mask = block_layout_to_mask(layout, 64, n, n).to(DEVICE)
     attempt(
         "block_sparse",

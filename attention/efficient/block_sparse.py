@@ -34,7 +34,7 @@ _CHUNK_SCORES = 2**20
 def bigbird_layout(
     n_blocks: int,
     *,
-    window: int = 1,
+    n_window: int = 1,
     n_global: int = 1,
     n_random: int = 1,
     generator: torch.Generator | None = None,
@@ -43,7 +43,7 @@ def bigbird_layout(
 
     The exact rule, for query block ``a`` and key block ``b``:
 
-    * window: ``|a - b| <= window``;
+    * window: ``|a - b| <= n_window`` (``n_window`` blocks on each side of the diagonal);
     * global: ``a < n_global`` or ``b < n_global`` (the first blocks see and are seen by all);
     * random: every non-global row ``a`` also gets ``n_random`` key blocks drawn uniformly
       without replacement among those the two rules above left off (all of them if fewer
@@ -51,7 +51,7 @@ def bigbird_layout(
       the layout is reproducible.
     """
     n_blocks = check_positive_int("n_blocks", n_blocks)
-    window = check_positive_int("window", window, allow_zero=True)
+    n_window = check_positive_int("n_window", n_window, allow_zero=True)
     n_global = check_positive_int("n_global", n_global, allow_zero=True)
     n_random = check_positive_int("n_random", n_random, allow_zero=True)
     check_generator("generator", generator)
@@ -59,7 +59,7 @@ def bigbird_layout(
         generator = torch.Generator().manual_seed(0)
     a = torch.arange(n_blocks)[:, None]  # (n, 1) query blocks
     b = torch.arange(n_blocks)[None, :]  # (1, n) key blocks
-    layout = ((a - b).abs() <= window) | (a < n_global) | (b < n_global)  # (n, n)
+    layout = ((a - b).abs() <= n_window) | (a < n_global) | (b < n_global)  # (n, n)
     if n_random and n_global < n_blocks:
         # A random key per row = the smallest uniform draws among the blocks still off.
         draws = torch.rand((n_blocks, n_blocks), generator=generator, device=generator.device)

@@ -23,7 +23,7 @@ from .._checks import (
     compute_dtype,
     resolve_scale,
 )
-from ..functional import CAUSAL_ALIGNMENTS
+from ..masks import CAUSAL_ALIGNMENTS
 from ._causal_tiles import TileMasks, causal_shift
 from ._threads import run_over_heads
 

@@ -74,21 +74,27 @@ class LinearAttentionState(NamedTuple):
     @classmethod
     def zeros(
         cls,
-        batch: int,
+        batch_size: int,
         num_heads: int,
-        dim_k: int,
-        dim_v: int,
+        head_dim: int,
+        value_dim: int,
         *,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> LinearAttentionState:
-        """The state before any token."""
-        sizes = (("batch", batch), ("num_heads", num_heads), ("dim_k", dim_k), ("dim_v", dim_v))
+        """The state before any token: ``S (B, H, E, Ev)`` and ``z (B, H, E)`` of zeros, ``E`` =
+        ``head_dim`` (the query/key width), ``Ev`` = ``value_dim``."""
+        sizes = (
+            ("batch_size", batch_size),
+            ("num_heads", num_heads),
+            ("head_dim", head_dim),
+            ("value_dim", value_dim),
+        )
         for name, n in sizes:
             check_positive_int(name, n)
         return cls(
-            torch.zeros(batch, num_heads, dim_k, dim_v, dtype=dtype, device=device),
-            torch.zeros(batch, num_heads, dim_k, dtype=dtype, device=device),
+            torch.zeros(batch_size, num_heads, head_dim, value_dim, dtype=dtype, device=device),
+            torch.zeros(batch_size, num_heads, head_dim, dtype=dtype, device=device),
         )
 
 

@@ -16,7 +16,7 @@ Paths (``path=``):
   torch's unfused reference implementation. Any device; it materialises the scores, so it is
   for checking the mask functions, not for speed.
 * ``"sdpa"``: the dense fallback: the bool mask from ``attention.masks`` and torch's SDPA
-  (``attention.dispatch.torch_sdpa``).
+  (``attention.functional.torch_sdpa``).
 * ``"auto"``: ``"flex"`` on CUDA, else ``"sdpa"``.
 
 Every function can return which path ran (``return_path=True``). Queries with no allowed key
@@ -38,7 +38,7 @@ from .._checks import (
     check_scale,
     resolve_scale,
 )
-from ..dispatch import torch_sdpa
+from ..functional import torch_sdpa
 from ..masks import block_layout_to_mask, sliding_window_mask
 
 Tensor = torch.Tensor

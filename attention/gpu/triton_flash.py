@@ -895,9 +895,9 @@ def triton_flash_attention(
 
 
 def attention_flops(
-    batch: int, num_heads: int, n_queries: int, n_keys: int, head_dim: int, *, causal: bool
+    batch_size: int, num_heads: int, n_queries: int, n_keys: int, head_dim: int, *, causal: bool
 ) -> float:
     """Forward FLOPs by the usual count: two matmuls of ``2·Lq·Lk·E`` each, per head, halved
     when causal. The backward pass is counted as 2.5x this (five matmuls instead of two)."""
-    flops = 4.0 * batch * num_heads * n_queries * n_keys * head_dim
+    flops = 4.0 * batch_size * num_heads * n_queries * n_keys * head_dim
     return flops / 2 if causal else flops

@@ -94,13 +94,13 @@ def _patchify(candidate):
 def _windowed(block: SwinBlock, x, *, first: int, back: int | None, mask: bool = True):
     """Window attention with the grid rolled by ``-first`` before and ``-back`` after
     (``back=None``: not rolled back), with or without the region mask."""
-    (h, w), c, ws = block.resolution, block.d_model, block.window
+    (h, w), c, ws = block.resolution, block.d_model, block.window_size
     grid = x.view(-1, h, w, c)  # (B, H, W, C)
     grid = torch.roll(grid, shifts=(-first, -first), dims=(1, 2))
     b = grid.shape[0]
     windows = grid.view(b, h // ws, ws, w // ws, ws, c).permute(0, 1, 3, 2, 4, 5)
     windows = windows.reshape(-1, ws * ws, c)  # (B·nW, ws², C)
-    windows = block.attn(windows, block.region_mask if mask else None)  # (B·nW, ws², C)
+    windows = block.attn(windows, mask=block.region_mask if mask else None)  # (B·nW, ws², C)
     grid = windows.view(b, h // ws, w // ws, ws, ws, c).permute(0, 1, 3, 2, 4, 5)
     grid = grid.reshape(b, h, w, c)  # (B, H, W, C)
     if back is not None:

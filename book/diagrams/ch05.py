@@ -23,7 +23,7 @@ def attention_patterns() -> plt.Figure:
         "full: n² scores": torch.ones(L, L, dtype=torch.bool),
         "window ±2": SlidingWindowAttnFn(2, 2).allowed(L),
         "window ±2 + global token 8": SlidingWindowAttnFn(2, 2, global_positions=(8,)).allowed(L),
-        "BigBird, blocks of 2": BigBirdAttnFn(2, window=1, n_global=1, n_random=1).allowed(L),
+        "BigBird, blocks of 2": BigBirdAttnFn(2, n_window=1, n_global=1, n_random=1).allowed(L),
         "linear: every pair": LinearAttnFn().allowed(L),
     }
     cell = 0.16

@@ -256,7 +256,7 @@ class PairModel(nn.Module):
         if positional == "sinusoidal":
             self.pos = SinusoidalPositionalEncoding(d_model, max_len=seq_len)
         elif positional == "learned":
-            self.pos = LearnedPositionalEmbedding(seq_len, d_model)
+            self.pos = LearnedPositionalEmbedding(d_model, max_len=seq_len)
         else:
             self.pos = None
             rotary = RotaryEmbedding(d_model // num_heads)

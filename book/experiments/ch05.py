@@ -285,11 +285,11 @@ class BigBirdAttnFn:
     given length uses the same layout."""
 
     def __init__(
-        self, block_size: int, *, window: int = 1, n_global: int = 1, n_random: int = 1,
+        self, block_size: int, *, n_window: int = 1, n_global: int = 1, n_random: int = 1,
         seed: int = 0,
     ) -> None:  # fmt: skip
         self.block_size = check_positive_int("block_size", block_size)
-        self.window = check_positive_int("window", window, allow_zero=True)
+        self.n_window = check_positive_int("n_window", n_window, allow_zero=True)
         self.n_global = check_positive_int("n_global", n_global, allow_zero=True)
         self.n_random = check_positive_int("n_random", n_random, allow_zero=True)
         self.seed = seed
@@ -301,7 +301,7 @@ class BigBirdAttnFn:
         if n_blocks not in self._layouts:
             self._layouts[n_blocks] = bigbird_layout(
                 n_blocks,
-                window=self.window,
+                n_window=self.n_window,
                 n_global=self.n_global,
                 n_random=self.n_random,
                 generator=torch.Generator().manual_seed(self.seed),
@@ -319,7 +319,7 @@ class BigBirdAttnFn:
 
     def __repr__(self) -> str:
         return (
-            f"BigBirdAttnFn(block_size={self.block_size}, window={self.window}, "
+            f"BigBirdAttnFn(block_size={self.block_size}, n_window={self.n_window}, "
             f"n_global={self.n_global}, n_random={self.n_random})"
         )
 

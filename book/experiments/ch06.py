@@ -232,7 +232,7 @@ class ScoreMonitor:
         def hook(_module, _inputs, output):
             product = raw_products(self._q.pop(layer), output.detach(), attn)
             top = float(product.abs().max())
-            self._step.append((top / math.sqrt(attn.d_head), top))
+            self._step.append((top / math.sqrt(attn.head_dim), top))
             if layer == len(self.model.blocks) - 1:
                 self.max_scores.append(max(s for s, _ in self._step))
                 self.max_products.append(max(p for _, p in self._step))
@@ -256,8 +256,8 @@ def raw_products(q_flat: Tensor, k_flat: Tensor, attn: MultiHeadAttention) -> Te
     """``q·k`` for every head and pair, from the projections ``(B, L, D)`` and ``(B, L, H_kv·Dh)``:
     ``(B, H, L, L)``, before the ``1/√d_k`` scale."""
     b, l, _ = q_flat.shape
-    q = q_flat.view(b, l, attn.num_heads, attn.d_head).transpose(1, 2)  # (B, H, L, Dh)
-    k = k_flat.view(b, l, attn.num_kv_heads, attn.d_head).transpose(1, 2)  # (B, H_kv, L, Dh)
+    q = q_flat.view(b, l, attn.num_heads, attn.head_dim).transpose(1, 2)  # (B, H, L, Dh)
+    k = k_flat.view(b, l, attn.num_kv_heads, attn.head_dim).transpose(1, 2)  # (B, H_kv, L, Dh)
     k = k.repeat_interleave(attn.num_heads // attn.num_kv_heads, dim=1)  # (B, H, L, Dh)
     return q @ k.transpose(-2, -1)  # (B, H, L, L)
 
@@ -269,9 +269,9 @@ def max_score(model: CharDecoder, tokens: Tensor) -> float:
     x = model.pos(model.embed(tokens))  # (B, L, D)
     best = -math.inf
     for block in model.blocks:
-        h = block.ln1(x)  # (B, L, D)
+        h = block.norm1(x)  # (B, L, D)
         product = raw_products(block.attn.q_proj(h), block.attn.k_proj(h), block.attn)
-        best = max(best, float(product.abs().max()) / math.sqrt(block.attn.d_head))
+        best = max(best, float(product.abs().max()) / math.sqrt(block.attn.head_dim))
         x = block(x)  # (B, L, D)
     return best
 

@@ -114,8 +114,9 @@ def vit_cost(
     (the patches and ``[CLS]``)."""
     torch.manual_seed(0)
     model = VisionTransformer(
-        image_size, patch_size, 1, 10, d_model, num_heads, num_layers, 2 * d_model
-    )
+        image_size, patch_size, 1, 10,
+        d_model=d_model, num_heads=num_heads, num_layers=num_layers, d_ff=2 * d_model,
+    )  # fmt: skip
     images = torch.randn(1, 1, image_size, image_size, generator=torch.Generator().manual_seed(0))
     return forward_cost(model, images, model.embedding.num_tokens, timed=timed)
 
@@ -694,7 +695,9 @@ class CaptionEncoder(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model)
         self.position = nn.Parameter(torch.randn(length, d_model) * 0.02)
-        self.encoder = Encoder(1, d_model, 2, 2 * d_model, pre_ln=True, activation="gelu")
+        self.encoder = Encoder(
+            d_model, 2, 2 * d_model, num_layers=1, pre_ln=True, activation="gelu"
+        )
 
     def forward(self, captions: Tensor) -> Tensor:
         x = self.embed(captions) + self.position  # (B, Lt, D)
@@ -715,7 +718,9 @@ class TinyCLIP(nn.Module):
         self, d_model: int = 32, embed_dim: int = 32, *, logit_scale: float | None = None
     ) -> None:
         super().__init__()
-        self.image_encoder = VisionTransformer((8, 16), 4, 1, d_model, d_model, 2, 1, 2 * d_model)
+        self.image_encoder = VisionTransformer(
+            (8, 16), 4, 1, d_model, d_model=d_model, num_heads=2, num_layers=1, d_ff=2 * d_model
+        )
         self.text_encoder = CaptionEncoder(10, 2, d_model)
         self.head = CLIPHead(d_model, d_model, embed_dim)
         if logit_scale is not None and not logit_scale > 0:

@@ -46,7 +46,7 @@ Tensor = torch.Tensor
 # 9.1 Why softmax: a retrieval task
 # ------------------------------------------------------------------------------------------
 
-# The normalisers compared: name -> (normalizer, bias) for attention.normalizers.
+# The normalisers compared: name -> (normalizer, score_bias) for attention.normalizers.
 VARIANTS: dict[str, tuple[str, float | None]] = {
     "softmax": ("softmax", None),
     "sigmoid": ("sigmoid", 0.0),
@@ -84,11 +84,16 @@ class RetrievalModel(nn.Module):
     """
 
     def __init__(
-        self, normalizer: str, *, bias: float | None = None, d_model: int = 32, n_symbols=N_SYMBOLS
+        self,
+        normalizer: str,
+        *,
+        score_bias: float | None = None,
+        d_model: int = 32,
+        n_symbols=N_SYMBOLS,
     ):
         super().__init__()
         self.normalizer = check_choice("normalizer", normalizer, NORMALIZERS)
-        self.bias = bias
+        self.score_bias = score_bias
         self.key_emb = nn.Embedding(n_symbols, d_model)
         self.value_emb = nn.Embedding(n_symbols, d_model)
         self.q_proj = nn.Linear(d_model, d_model)
@@ -102,7 +107,7 @@ class RetrievalModel(nn.Module):
         k = self.k_proj(x)[:, None]  # (B, 1, n, D)
         v = self.v_proj(x)[:, None]  # (B, 1, n, D)
         out, weights = normalized_attention(
-            q, k, v, normalizer=self.normalizer, bias=self.bias, need_weights=True
+            q, k, v, normalizer=self.normalizer, score_bias=self.score_bias, need_weights=True
         )  # (B, 1, 1, D), (B, 1, 1, n)
         return self.out(out[:, 0, 0]), weights[:, 0, 0]  # (B, S), (B, n)
 
@@ -146,7 +151,7 @@ def train_retrieval(
     check_choice("variant", variant, list(VARIANTS))
     normalizer, bias = VARIANTS[variant]
     torch.manual_seed(seed)
-    model = RetrievalModel(normalizer, bias=bias)
+    model = RetrievalModel(normalizer, score_bias=bias)
     log = fit(
         model,
         lambda g: retrieval_batch(batch_size, g, n_pairs=n_pairs),
@@ -170,7 +175,7 @@ def init_gradients(variant: str, *, seed: int = 0, n_pairs: int = 8, size: int =
     absolute weight."""
     normalizer, bias = VARIANTS[variant]
     torch.manual_seed(seed)
-    model = RetrievalModel(normalizer, bias=bias)
+    model = RetrievalModel(normalizer, score_bias=bias)
     keys, values, query, target = retrieval_batch(
         size, torch.Generator().manual_seed(seed + 1), n_pairs=n_pairs
     )
@@ -182,7 +187,7 @@ def init_gradients(variant: str, *, seed: int = 0, n_pairs: int = 8, size: int =
     scores.retain_grad()
     from attention.normalizers import normalize_scores
 
-    weights = normalize_scores(scores, normalizer=normalizer, bias=bias)  # (B, 1, 1, n)
+    weights = normalize_scores(scores, normalizer=normalizer, score_bias=bias)  # (B, 1, 1, n)
     loss = F.cross_entropy(model.out((weights @ v)[:, 0, 0]), target)
     loss.backward()
     dead = (scores.grad.abs().amax(-1) == 0).float().mean()

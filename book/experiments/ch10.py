@@ -82,7 +82,7 @@ def attention_kernel(attention: str) -> Callable[..., Tensor]:
         return SlidingWindowAttnFn(WINDOW, WINDOW)
     if attention == "linear":
         return LinearAttnFn()
-    return BigBirdAttnFn(BLOCK, window=1, n_global=1, n_random=1)
+    return BigBirdAttnFn(BLOCK, n_window=1, n_global=1, n_random=1)
 
 
 def allowed_pairs(attention: str, seq_len: int = SEQ_LEN) -> Tensor:
@@ -144,7 +144,7 @@ class DigitsEncoder(nn.Module):
         if positional == "sinusoidal":
             self.pos = SinusoidalPositionalEncoding(d_model, max_len=n)
         elif positional == "learned":
-            self.pos = LearnedPositionalEmbedding(n, d_model)
+            self.pos = LearnedPositionalEmbedding(d_model, max_len=n)
             nn.init.normal_(self.pos.weight, std=learned_std)
         elif positional == "rope":
             rotary = RotaryEmbedding(d_model // num_heads)
@@ -157,8 +157,9 @@ class DigitsEncoder(nn.Module):
         self.register_buffer("mask", mask, persistent=False)
         kernel = torch_sdpa if (masked or attention == "full") else attention_kernel(attention)
         self.encoder = Encoder(
-            num_layers, d_model, num_heads, d_ff, pre_ln=True, attn_fn=kernel, rotary=rotary
-        )
+            d_model, num_heads, d_ff, num_layers=num_layers, pre_ln=True, attn_fn=kernel,
+            rotary=rotary,
+        )  # fmt: skip
         self.head = nn.Linear(d_model, NUM_CLASSES)
 
     def forward(self, images: Tensor) -> Tensor:
@@ -347,7 +348,7 @@ def sweep_encoder(
     weights."""
     kernel = None if attention is None else attention_kernel(attention)
     torch.manual_seed(seed)
-    return Encoder(num_layers, d_model, num_heads, d_ff, pre_ln=True, attn_fn=kernel)
+    return Encoder(d_model, num_heads, d_ff, num_layers=num_layers, pre_ln=True, attn_fn=kernel)
 
 
 def encoder_cost(

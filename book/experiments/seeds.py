@@ -33,8 +33,9 @@ def make_deterministic(seed: int = 0) -> None:
 
     Torch's deterministic mode also fills each new uninitialised tensor with NaN by default
     (``torch.utils.deterministic.fill_uninitialized_memory``), so that code reading memory it
-    never wrote gives the same answer on every run. That fill is a pass over every allocation:
-    it made chapter 1's LSTM training three times slower on the CPU. It is switched off here.
+    never wrote gives the same answer on every run. That fill is a pass over every allocation,
+    which a training loop that allocates many small tensors each step (an LSTM's states) pays
+    at every step. It is switched off here.
     What it guards against, code reading memory it never wrote, would instead show up as
     numbers that change from run to run, and nbval's comparison of the chapters' checked
     outputs with a fresh run catches those.

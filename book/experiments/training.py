@@ -39,8 +39,8 @@ def torch_threads(n: int | None) -> Iterator[None]:
     """Run the block with ``n`` intra-op torch threads (``None``: unchanged), then restore.
 
     For the book's tiny models one thread is fastest: splitting a (64 × 12 × 32) matrix product
-    across threads costs more in synchronisation than it saves, and on a busy machine far more
-    (chapter 3 measured a 10× slowdown with two threads on two shared cores).
+    across threads costs more in synchronisation than it saves, and on a busy machine, where a
+    thread may wait for a core another process holds, far more.
     """
     if n is None:
         yield

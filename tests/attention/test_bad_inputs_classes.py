@@ -34,6 +34,7 @@ from attention.functional import safe_softmax
 from attention.functional import scaled_dot_product_attention as sdpa
 from attention.heads import MultiHeadAttention
 from attention.masks import causal_mask, padding_mask, sliding_window_mask, to_additive
+from attention.normalizers import normalize_scores
 from attention.positional import (
     LearnedPositionalEmbedding,
     alibi_bias,
@@ -94,8 +95,8 @@ CASES = {
         r"mask must be on the inputs' device",
     ),
     "WindowAttention mask on another device": (
-        lambda: vision.WindowAttention(8, 2, 2)(
-            torch.zeros(2, 4, 8), torch.ones(1, 4, 4, dtype=torch.bool, device=META)
+        lambda: vision.WindowAttention(8, 2, window_size=2)(
+            torch.zeros(2, 4, 8), mask=torch.ones(1, 4, 4, dtype=torch.bool, device=META)
         ),
         ValueError,
         r"mask must be on the device of windows \(cpu\), got a mask on meta",
@@ -322,7 +323,9 @@ CASES = {
         r"images has dtype torch.float64 but the module's weights are torch.float32",
     ),
     "WindowAttention float16 windows": (
-        lambda: vision.WindowAttention(8, 2, 2)(torch.zeros(2, 4, 8, dtype=torch.float16)),
+        lambda: vision.WindowAttention(8, 2, window_size=2)(
+            torch.zeros(2, 4, 8, dtype=torch.float16)
+        ),
         TypeError,
         r"windows has dtype torch.float16 but the module's weights are torch.float32",
     ),
@@ -347,7 +350,7 @@ CASES = {
         r"features has dtype torch.float16 but the module's weights are torch.float32",
     ),
     "LearnedPositionalEmbedding float64 input": (
-        lambda: LearnedPositionalEmbedding(8, 4)(torch.zeros(1, 3, 4, dtype=torch.float64)),
+        lambda: LearnedPositionalEmbedding(4, max_len=8)(torch.zeros(1, 3, 4, dtype=torch.float64)),
         TypeError,
         r"x has dtype torch.float64 but the module's weights are torch.float32",
     ),
@@ -382,13 +385,46 @@ CASES = {
         TypeError,
         r"scores must be a floating-point tensor",
     ),
+    "safe_softmax +inf score": (
+        lambda: safe_softmax(torch.tensor([[float("inf"), 0.0], [1.0, 0.0]])),
+        ValueError,
+        r"scores must be finite or -inf \(= not allowed\), got 1 rows holding \+inf",
+    ),
+    "normalize_scores integer mask": (
+        lambda: normalize_scores(torch.zeros(2, 3), mask=torch.ones(2, 3, dtype=torch.int64)),
+        TypeError,
+        r"mask must be a bool tensor \(True = may attend\) or a float tensor \(additive bias\), "
+        r"got dtype torch.int64",
+    ),
+    "normalize_scores mask of another shape": (
+        lambda: normalize_scores(torch.zeros(2, 3), mask=torch.ones(2, 2, dtype=torch.bool)),
+        ValueError,
+        r"mask of shape \(2, 2\) does not broadcast to \(2, 3\)",
+    ),
+    "normalize_scores mask on another device": (
+        lambda: normalize_scores(
+            torch.zeros(2, 3), mask=torch.ones(2, 3, dtype=torch.bool, device=META)
+        ),
+        ValueError,
+        r"mask must be on the inputs' device \(cpu\), got a mask on meta",
+    ),
+    "normalize_scores integer scores": (
+        lambda: normalize_scores(torch.zeros(2, 3, dtype=torch.int64)),
+        TypeError,
+        r"scores must be a floating-point tensor .* got dtype torch.int64",
+    ),
+    "ViTEmbedding dropout 1": (
+        lambda: vision.ViTEmbedding(8, 4, 3, 16, dropout=1.0),
+        ValueError,
+        r"dropout must be in \[0, 1\), got 1.0",
+    ),
     "window_partition on a list": (
-        lambda: vision.window_partition([[1.0]], window=2),
+        lambda: vision.window_partition([[1.0]], window_size=2),
         TypeError,
         r"x must be a torch.Tensor, got list",
     ),
     "window_reverse on a tuple": (
-        lambda: vision.window_reverse((1.0,), window=2, height=4, width=4),
+        lambda: vision.window_reverse((1.0,), window_size=2, height=4, width=4),
         TypeError,
         r"windows must be a torch.Tensor, got tuple",
     ),
@@ -410,7 +446,7 @@ CASES = {
     "shifted_window_mask shift pair too large": (
         lambda: vision.shifted_window_mask(8, 8, 4, (1, 4)),
         ValueError,
-        r"shift must be in \[0, window=4\), got \(1, 4\)",
+        r"shift must be in \[0, window_size=4\), got \(1, 4\)",
     ),
     "mlp_ratio NaN": (
         lambda: _swin(mlp_ratio=NAN),
@@ -428,7 +464,9 @@ CASES = {
         r"mlp_ratio must be a number .* got str",
     ),
     "ViT norm_eps negative": (
-        lambda: vision.VisionTransformer(8, 4, 3, 2, 8, 2, 1, 16, norm_eps=-1e-6),
+        lambda: vision.VisionTransformer(
+            8, 4, 3, 2, d_model=8, num_heads=2, num_layers=1, d_ff=16, norm_eps=-1e-6
+        ),
         ValueError,
         r"norm_eps must be a finite float >= 0, got -1e-06",
     ),

@@ -184,6 +184,11 @@ CASES = {
         r"masks\[1\] of shape \(4, 4\) does not broadcast with the masks before it "
         r"\(shape \(3, 3\)\)",
     ),
+    "masks on two devices": (
+        lambda: combine_masks(None, causal_mask(3), causal_mask(3, device="meta")),
+        ValueError,
+        r"masks\[2\] must be on the same device as masks\[1\] \(cpu\), got meta",
+    ),
     "block_size < 1": (
         lambda: block_layout_to_mask(torch.ones(2, 2, dtype=torch.bool), 0),
         ValueError,
@@ -271,7 +276,7 @@ CASES = {
         r"dtype must be one of \[torch.float32, torch.float64\], got torch.float16",
     ),
     "learned position past max_len": (
-        lambda: LearnedPositionalEmbedding(8, 4)(t(1, 7, 4), offset=3),
+        lambda: LearnedPositionalEmbedding(4, max_len=8)(t(1, 7, 4), offset=3),
         ValueError,
         r"positions up to 9 requested \(offset=3 \+ seq length 7\), but max_len=8",
     ),
@@ -296,9 +301,9 @@ CASES = {
         r"num_heads must be >= 1, got 0",
     ),
     "alibi unknown alignment": (
-        lambda: alibi_bias(4, 3, 5, alignment="right"),
+        lambda: alibi_bias(4, 3, 5, causal_alignment="right"),
         ValueError,
-        r"alignment must be one of \['top_left', 'bottom_right'\], got 'right'",
+        r"causal_alignment must be one of \['top_left', 'bottom_right'\], got 'right'",
     ),
 }
 

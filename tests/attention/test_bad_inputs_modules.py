@@ -259,7 +259,7 @@ CASES = {
     "lengths longer than the sequence": (
         lambda: clf()(tokens(), lengths=torch.tensor([6, 7])),
         ValueError,
-        r"lengths must be <= max_len=6, got a length of 7",
+        r"lengths must be <= the sequence length of tokens \(6\), got a length of 7",
     ),
     "empty sequence": (
         lambda: clf()(tokens(), lengths=torch.tensor([6, 0])),

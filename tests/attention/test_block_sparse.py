@@ -90,7 +90,7 @@ def test_empty_row_gives_zeros_and_finite_gradients():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_close_to_float32(dtype):
     q, k, v = random_qkv(2, 2, 30, 30, 16, 16, dtype=torch.float32)
-    layout = bigbird_layout(4, window=0, n_random=1)
+    layout = bigbird_layout(4, n_window=0, n_random=1)
     ref = block_sparse_attention(q, k, v, layout, block_size=8)
     out = block_sparse_attention(q.to(dtype), k.to(dtype), v.to(dtype), layout, block_size=8)
     assert out.dtype == dtype
@@ -101,7 +101,7 @@ def test_cost_is_proportional_to_active_blocks():
     # n = 2**15: one n × n float32 tensor would be 4 GiB.
     n, bs, b, h, ev = 2**15, 32, 1, 1, 4
     q, k, v = random_qkv(b, h, n, n, 4, ev, dtype=torch.float32)
-    layout = bigbird_layout(n // bs, window=1, n_global=1, n_random=2)
+    layout = bigbird_layout(n // bs, n_window=1, n_global=1, n_random=2)
     active, rows = int(layout.sum()), int(layout.any(-1).sum())
     with AllocationProbe() as probe:
         block_sparse_attention(q, k, v, layout, block_size=bs)
@@ -112,18 +112,18 @@ def test_cost_is_proportional_to_active_blocks():
 
 
 def test_bigbird_layout_rule():
-    n, window, n_global, n_random = 12, 1, 2, 3
+    n, n_window, n_global, n_random = 12, 1, 2, 3
     layout = bigbird_layout(
-        n, window=window, n_global=n_global, n_random=n_random, generator=torch.Generator()
+        n, n_window=n_window, n_global=n_global, n_random=n_random, generator=torch.Generator()
     )
     assert layout.shape == (n, n) and layout.dtype == torch.bool
     for a in range(n):
         for b in range(n):
-            if abs(a - b) <= window or a < n_global or b < n_global:
+            if abs(a - b) <= n_window or a < n_global or b < n_global:
                 assert layout[a, b]
     # Each non-global row gets exactly n_random extra blocks outside window and global.
     for a in range(n_global, n):
-        fixed = sum(1 for b in range(n) if abs(a - b) <= window or b < n_global)
+        fixed = sum(1 for b in range(n) if abs(a - b) <= n_window or b < n_global)
         assert int(layout[a].sum()) == fixed + n_random
 
 
@@ -135,9 +135,9 @@ def test_bigbird_layout_is_seeded_and_saturates():
     draws = [bigbird_layout(16, generator=torch.Generator().manual_seed(s)) for s in range(4)]
     assert any(not torch.equal(draws[0], d) for d in draws[1:])
     # More random blocks than remain: the row fills up, no error.
-    assert bigbird_layout(5, window=0, n_global=0, n_random=10).all()
+    assert bigbird_layout(5, n_window=0, n_global=0, n_random=10).all()
     assert torch.equal(
-        bigbird_layout(6, window=1, n_global=0, n_random=0),
+        bigbird_layout(6, n_window=1, n_global=0, n_random=0),
         (torch.arange(6)[:, None] - torch.arange(6)).abs() <= 1,
     )
 
@@ -164,7 +164,7 @@ def test_bad_arguments_raise_clear_errors(layout, block_size, error, match):
     ("kwargs", "match"),
     [
         ({"n_blocks": 0}, "n_blocks"),
-        ({"n_blocks": 4, "window": -1}, "window"),
+        ({"n_blocks": 4, "n_window": -1}, "n_window"),
         ({"n_blocks": 4, "n_global": -1}, "n_global"),
         ({"n_blocks": 4, "n_random": -1}, "n_random"),
     ],

@@ -18,13 +18,9 @@ from attention.blocks import (
 )
 from attention.heads import MultiHeadAttention
 from attention.masks import causal_mask, from_key_padding_mask, padding_mask
+from tests.attention.inputs import close
 
 FAST = settings(max_examples=25, deadline=None)
-TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
-
-
-def close(a, b, dtype=torch.float32):
-    torch.testing.assert_close(a, b, atol=TOL[dtype], rtol=TOL[dtype])
 
 
 def _randomize_norms(module: nn.Module) -> None:
@@ -100,7 +96,7 @@ def test_encoder_stack_matches_torch_encoder(pre_ln):
     for p in ref.parameters():  # the copies inside ref start equal; make every layer differ
         with torch.no_grad():
             p.add_(0.1 * torch.randn_like(p))
-    mine = Encoder(3, 8, 2, 16, pre_ln=pre_ln)
+    mine = Encoder(8, 2, 16, num_layers=3, pre_ln=pre_ln)
     assert (mine.norm is not None) == pre_ln
     for i in range(3):
         mine.layers[i] = EncoderLayer.from_torch(ref.layers[i])
@@ -135,10 +131,10 @@ def test_decoder_block_equals_torch_pre_ln_layer_with_causal_mask():
     _randomize_norms(ref)
     block = DecoderBlock(8, 2, 32).eval()
     block.attn = MultiHeadAttention.from_torch(ref.self_attn)
-    block.ln1.load_state_dict(ref.norm1.state_dict())
-    block.ln2.load_state_dict(ref.norm2.state_dict())
-    block.mlp.linear1.load_state_dict(ref.linear1.state_dict())
-    block.mlp.linear2.load_state_dict(ref.linear2.state_dict())
+    block.norm1.load_state_dict(ref.norm1.state_dict())
+    block.norm2.load_state_dict(ref.norm2.state_dict())
+    block.ff.linear1.load_state_dict(ref.linear1.state_dict())
+    block.ff.linear2.load_state_dict(ref.linear2.state_dict())
     x = torch.randn(2, 7, 8, requires_grad=True)  # (B, L, D)
     want = ref(x, src_mask=~causal_mask(7), is_causal=True)
     close(block(x), want)

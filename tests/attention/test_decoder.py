@@ -54,7 +54,7 @@ def reference_forward(model: CharDecoder, tokens: torch.Tensor) -> torch.Tensor:
         def lin(t, name, p=p):
             return F.linear(t, sd[p + name + ".weight"], sd[p + name + ".bias"])
 
-        a = ln(x, "ln1")
+        a = ln(x, "norm1")
         q = lin(a, "attn.q_proj").view(b, l, h, dh).transpose(1, 2)
         k = lin(a, "attn.k_proj").view(b, l, hk, dh).transpose(1, 2)
         v = lin(a, "attn.v_proj").view(b, l, hk, dh).transpose(1, 2)
@@ -62,8 +62,8 @@ def reference_forward(model: CharDecoder, tokens: torch.Tensor) -> torch.Tensor:
         v = torch.cat([v[:, j // (h // hk) : j // (h // hk) + 1] for j in range(h)], dim=1)
         out = naive_attention_float64(q, k, v, allowed).transpose(1, 2).reshape(b, l, d)
         x = x + lin(out, "attn.out_proj")
-        m = F.gelu(lin(ln(x, "ln2"), "mlp.linear1"))
-        x = x + lin(m, "mlp.linear2")
+        m = F.gelu(lin(ln(x, "norm2"), "ff.linear1"))
+        x = x + lin(m, "ff.linear2")
     x = F.layer_norm(x, (d,), sd["ln_f.weight"], sd["ln_f.bias"])
     return F.linear(x, sd["head.weight"], sd["head.bias"])
 
@@ -171,7 +171,7 @@ def test_bad_input_is_refused_with_a_message():
     cache = model.new_cache(1, max_len=4)
     with pytest.raises(ValueError, match="max_len=4"):
         model(_tokens(1, 5), cache=cache)
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match=r"key must have shape \(B, H_kv, n, d_head\)"):
         cache.append(0, torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
     with pytest.raises(ValueError, match="layer"):
         cache.append(7, torch.zeros(1, 4, 1, 4), torch.zeros(1, 4, 1, 4))

@@ -24,17 +24,8 @@ from attention.dispatch import (
 from attention.functional import scaled_dot_product_attention
 from attention.gpu import triton_flash
 from attention.masks import causal_mask, padding_mask, to_additive
+from tests.attention.inputs import random_qkv
 from tests.reference import naive_attention_float64
-
-
-def _qkv(b=2, h=2, lq=9, lk=9, e=8, ev=None, seed=0, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    ev = e if ev is None else ev
-    return (
-        torch.randn(b, h, lq, e, generator=g, dtype=dtype),
-        torch.randn(b, h, lk, e, generator=g, dtype=dtype),
-        torch.randn(b, h, lk, ev, generator=g, dtype=dtype),
-    )
 
 
 @settings(max_examples=40, deadline=None)
@@ -48,7 +39,7 @@ def _qkv(b=2, h=2, lq=9, lk=9, e=8, ev=None, seed=0, dtype=torch.float64):
     seed=st.integers(0, 2**16),
 )
 def test_torch_backend_matches_naive_float64(b, h, lq, lk, causal, kind, seed):
-    q, k, v = _qkv(b, h, lq, lk, seed=seed)
+    q, k, v = random_qkv(b, h, lq, lk, seed=seed)
     g = torch.Generator().manual_seed(seed + 1)
     allowed = torch.ones(lq, lk, dtype=torch.bool)
     mask = None
@@ -71,7 +62,7 @@ def test_torch_backend_matches_naive_float64(b, h, lq, lk, causal, kind, seed):
 
 
 def test_float_bias_is_added_not_just_used_as_a_mask():
-    q, k, v = _qkv(lq=5, lk=7)
+    q, k, v = random_qkv(lq=5, lk=7)
     bias = torch.randn(1, 2, 5, 7, dtype=torch.float64)
     got = attend(q, k, v, bias, causal=True, backend="torch", scale=0.3)
     want = scaled_dot_product_attention(q, k, v, bias, causal=True, scale=0.3)
@@ -79,7 +70,7 @@ def test_float_bias_is_added_not_just_used_as_a_mask():
 
 
 def test_fully_masked_rows_give_zeros_and_finite_gradients():
-    q, k, v = (t.requires_grad_() for t in _qkv(lq=4, lk=6))
+    q, k, v = (t.requires_grad_() for t in random_qkv(lq=4, lk=6))
     mask = torch.ones(4, 6, dtype=torch.bool)
     mask[1] = False
     out = torch_sdpa(q, k, v, mask)
@@ -90,14 +81,14 @@ def test_fully_masked_rows_give_zeros_and_finite_gradients():
 
 
 def test_half_precision_float_bias_is_accepted():
-    q, k, v = _qkv(dtype=torch.float32)
+    q, k, v = random_qkv(lq=9, lk=9, dtype=torch.float32)
     bias = torch.zeros(9, 9, dtype=torch.float64)  # torch wants the query's dtype; we convert
     torch.testing.assert_close(attend(q, k, v, bias, backend="torch"), attend(q, k, v))
 
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_backend_matches_reference(causal):
-    q, k, v = _qkv(lq=70, lk=70, e=16)
+    q, k, v = random_qkv(lq=70, lk=70, e=16)
     got = attend(q, k, v, causal=causal, backend="flash")
     torch.testing.assert_close(
         got, naive_attention_float64(q, k, v, causal_mask(70) if causal else None)
@@ -106,14 +97,14 @@ def test_flash_backend_matches_reference(causal):
 
 @pytest.mark.parametrize("backend", ["flash", "triton"])
 def test_maskless_backends_refuse_a_mask(backend):
-    q, k, v = _qkv()
+    q, k, v = random_qkv(lq=9, lk=9)
     with pytest.raises(ValueError, match="takes no mask"):
         attend(q, k, v, torch.ones(9, 9, dtype=torch.bool), backend=backend)
 
 
 @pytest.mark.skipif(triton_flash.interpreter_mode(), reason="this process runs the interpreter")
 def test_triton_backend_on_cpu_raises_saying_why():
-    q, k, v = _qkv(dtype=torch.float32)
+    q, k, v = random_qkv(lq=9, lk=9, dtype=torch.float32)
     with pytest.raises(
         RuntimeError, match="backend 'triton' cannot run: .*(TRITON_INTERPRET|triton)"
     ):
@@ -122,13 +113,13 @@ def test_triton_backend_on_cpu_raises_saying_why():
 
 
 def test_unknown_backend_is_refused():
-    q, k, v = _qkv()
+    q, k, v = random_qkv(lq=9, lk=9)
     with pytest.raises(ValueError, match="backend must be one of"):
         attend(q, k, v, backend="cudnn")
 
 
 def test_bad_mask_is_refused_before_any_backend_runs():
-    q, k, v = _qkv()
+    q, k, v = random_qkv(lq=9, lk=9)
     with pytest.raises(ValueError, match="mask must cover every key"):
         attend(q, k, v, torch.ones(9, 1, dtype=torch.bool))
 
@@ -141,7 +132,7 @@ def test_reference_and_torch_are_always_available():
 
 
 def test_auto_on_cpu_is_torch_and_equals_reference():
-    q, k, v = _qkv()
+    q, k, v = random_qkv(lq=9, lk=9)
     assert pick_backend("cpu", torch.float32, 8) == "torch"
     torch.testing.assert_close(
         attend(q, k, v, causal=True), attend(q, k, v, causal=True, backend="reference")

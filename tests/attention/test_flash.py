@@ -26,7 +26,7 @@ def _dense_lse(q, k, causal, alignment):
     q, k = q.double(), k.double()
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Lq, Lk)
     if causal:
-        allowed = causal_mask(q.shape[-2], k.shape[-2], alignment=alignment)
+        allowed = causal_mask(q.shape[-2], k.shape[-2], causal_alignment=alignment)
         scores = scores.masked_fill(~allowed, float("-inf"))
     return torch.logsumexp(scores, dim=-1)  # (B, H, Lq); -inf for an empty row
 
@@ -56,7 +56,9 @@ def test_forward_and_lse_match_dense(s):
         q, k, v, block_q=s["block_q"], block_k=s["block_k"], return_lse=True, **kw
     )
     ref = scaled_dot_product_attention(q, k, v, **kw)
-    allowed = causal_mask(s["lq"], s["lk"], alignment=s["alignment"]) if s["causal"] else None
+    allowed = None
+    if s["causal"]:
+        allowed = causal_mask(s["lq"], s["lk"], causal_alignment=s["alignment"])
     assert out.shape == ref.shape and out.dtype == q.dtype
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(out, naive_attention_float64(q, k, v, allowed))
@@ -170,7 +172,7 @@ def test_half_precision_close_to_float32(dtype, causal):
 def test_float32_close_to_float64_reference():
     q, k, v = random_qkv(2, 3, 300, 260, 32, 24, dtype=torch.float32)
     out = flash_attention(q, k, v, causal=True, causal_alignment="bottom_right")
-    allowed = causal_mask(300, 260, alignment="bottom_right")
+    allowed = causal_mask(300, 260, causal_alignment="bottom_right")
     ref = naive_attention_float64(q, k, v, allowed)
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
 

@@ -25,12 +25,8 @@ from attention.gpu.flex import (
     sliding_window_mask_mod,
 )
 from attention.masks import block_layout_to_mask, sliding_window_mask
+from tests.attention.inputs import random_qkv
 from tests.reference import naive_attention_float64
-
-
-def _qkv(b=2, h=2, lq=37, lk=37, e=8, seed=0, dtype=torch.float32):
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(b, h, n, e, generator=g, dtype=dtype) for n in (lq, lk, lk))
 
 
 def _dense(mask_mod, b, h, lq, lk):
@@ -73,7 +69,7 @@ def test_block_sparse_mask_mod_equals_masks_module(lq, lk, block, heads, seed):
     seed=st.integers(0, 2**16),
 )
 def test_sliding_window_auto_path_on_cpu_matches_naive_float64(lq, lk, left, right, seed):
-    q, k, v = _qkv(1, 2, lq, lk, seed=seed, dtype=torch.float64)
+    q, k, v = random_qkv(1, 2, lq, lk, seed=seed)
     out, path = flex_sliding_window(q, k, v, left=left, right=right, return_path=True)
     assert path == "sdpa"
     want = naive_attention_float64(q, k, v, sliding_window_mask(lq, lk, left=left, right=right))
@@ -90,7 +86,7 @@ def test_sliding_window_auto_path_on_cpu_matches_naive_float64(lq, lk, left, rig
 )
 def test_block_sparse_auto_path_on_cpu_matches_naive_float64(lq, lk, block, shape, seed):
     b, h = 2, 3
-    q, k, v = _qkv(b, h, lq, lk, seed=seed, dtype=torch.float64)
+    q, k, v = random_qkv(b, h, lq, lk, seed=seed)
     lead = {"2d": (), "heads": (h,), "batch_heads": (b, h)}[shape]
     g = torch.Generator().manual_seed(seed)
     layout = torch.rand(*lead, -(-lq // block), -(-lk // block), generator=g) < 0.5
@@ -102,7 +98,7 @@ def test_block_sparse_auto_path_on_cpu_matches_naive_float64(lq, lk, block, shap
 
 def test_flex_eager_path_matches_reference():
     """The mask_mods through flex_attention itself (its unfused implementation)."""
-    q, k, v = _qkv(lq=37, lk=37)
+    q, k, v = random_qkv(lq=37, lk=37, dtype=torch.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "flex_attention called without torch.compile()"
         out, path = flex_sliding_window(
@@ -123,7 +119,7 @@ def test_flex_eager_path_matches_reference():
 
 
 def test_sdpa_path_gradients_match_reference():
-    q, k, v = (t.requires_grad_() for t in _qkv(1, 2, 20, 20, dtype=torch.float64))
+    q, k, v = (t.requires_grad_() for t in random_qkv(1, 2, 20, 20))
     flex_sliding_window(q, k, v, left=3, right=1, path="sdpa").square().sum().backward()
     got = [t.grad for t in (q, k, v)]
     q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
@@ -179,4 +175,4 @@ def test_auto_path_is_flex_on_cuda_only():
 )
 def test_bad_arguments_are_refused(call, error, words):
     with pytest.raises(error, match=words):
-        call(*_qkv())
+        call(*random_qkv(lq=37, lk=37, dtype=torch.float32))

@@ -166,6 +166,26 @@ def test_safe_softmax_matches_torch_softmax_on_rows_with_a_finite_entry():
     torch.testing.assert_close(safe_softmax(big), torch.softmax(big, dim=-1))
 
 
+@pytest.mark.parametrize("dim", [0, -1])
+def test_safe_softmax_of_a_0_dim_tensor_is_torch_softmax(dim):
+    x = torch.tensor(3.5, dtype=f64)
+    assert safe_softmax(x, dim=dim).shape == torch.softmax(x, dim=dim).shape == ()
+    assert torch.equal(safe_softmax(x, dim=dim), torch.softmax(x, dim=dim))
+    # a lone -inf is a fully masked row: zero, where torch gives NaN
+    assert torch.equal(safe_softmax(torch.tensor(-math.inf), dim=dim), torch.tensor(0.0))
+
+
+def test_scores_with_inf_inside_attention_propagate_instead_of_raising():
+    # safe_softmax refuses a +inf score; attention applies the same softmax unchecked, so an
+    # inf reaching the scores from an input gives NaN in its own row only (the NaN policy).
+    q = torch.zeros(1, 1, 2, 2, dtype=f64)
+    q[0, 0, 0, 0] = math.inf
+    k = torch.ones(1, 1, 3, 2, dtype=f64)
+    out = scaled_dot_product_attention(q, k, k)
+    assert torch.isnan(out[0, 0, 0]).all()
+    torch.testing.assert_close(out[0, 0, 1], torch.ones(2, dtype=f64))
+
+
 @FAST
 @given(case=attention_case())
 def test_need_weights_rows_sum_to_one_or_zero(case):

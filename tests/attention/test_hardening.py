@@ -110,7 +110,7 @@ def test_swin_block_8x4_shifts_rows_only_and_matches_a_hand_built_mask():
     x = torch.randn(1, 32, 8)
     grid = x.view(1, 8, 4, 8)
     rolled = torch.roll(grid, shifts=(-2, 0), dims=(1, 2)).reshape(2, 16, 8)
-    windows = block.attn(rolled, mask).view(1, 8, 4, 8)
+    windows = block.attn(rolled, mask=mask).view(1, 8, 4, 8)
     expected = torch.roll(windows, shifts=(2, 0), dims=(1, 2)).reshape(1, 32, 8)
     torch.testing.assert_close(block.attend_windows(x), expected, rtol=0, atol=0)
 
@@ -259,7 +259,7 @@ def test_modules_keep_batch_elements_apart(module):
     if module == "mha":
         m, x = MultiHeadAttention(8, 2).eval(), torch.randn(2, 6, 8)
     else:
-        m, x = WindowAttention(8, 2, 2).eval(), torch.randn(2, 4, 8)
+        m, x = WindowAttention(8, 2, window_size=2).eval(), torch.randn(2, 4, 8)
     clean = m(x)
     x[0, 0, 0] = float("nan")
     out = m(x)
@@ -276,7 +276,7 @@ def test_vit_norm_eps_is_an_argument_and_the_default_is_unchanged():
 
     def build(**kw):
         torch.manual_seed(0)
-        return VisionTransformer(8, 4, 3, 2, 8, 2, 1, 16, **kw)
+        return VisionTransformer(8, 4, 3, 2, d_model=8, num_heads=2, num_layers=1, d_ff=16, **kw)
 
     norms = [m for m in build().modules() if isinstance(m, torch.nn.LayerNorm)]
     assert norms and all(m.eps == 1e-5 for m in norms)

@@ -19,14 +19,10 @@ from attention.masks import (
     padding_mask,
 )
 from attention.positional import RotaryEmbedding, apply_rope
+from tests.attention.inputs import close
 from tests.reference import naive_attention_float64
 
 FAST = settings(max_examples=30, deadline=None)
-TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
-
-
-def close(a, b, dtype=torch.float32):
-    torch.testing.assert_close(a, b, atol=TOL[dtype], rtol=TOL[dtype])
 
 
 # --- split / merge ------------------------------------------------------------------------------
@@ -63,7 +59,7 @@ def test_wrong_transpose_order_mixes_tokens_across_heads():
 @pytest.mark.parametrize("causal", [False, True])
 def test_self_attention_equals_float64_formula(causal):
     torch.manual_seed(0)
-    sa = SelfAttention(8, d_k=6)
+    sa = SelfAttention(8, head_dim=6)
     x = torch.randn(2, 5, 8)  # (B, L, D)
     out, weights = sa(x, causal=causal, need_weights=True)
     q, k, v = (w(x).unsqueeze(1) for w in (sa.w_q, sa.w_k, sa.w_v))  # (B, 1, L, d_k)

@@ -87,3 +87,31 @@ def test_every_library_module_imports_with_the_book_and_its_tools_absent():
     assert proc.returncode == 0, proc.stderr[-3000:]
     modules = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "attention.efficient.flash" in modules and "attention.gpu.flex" in modules
+
+
+def library_imports(path: Path) -> set[str]:
+    """Every ``attention.*`` module ``path`` imports, relative imports resolved (``from ..x
+    import y`` in ``attention/gpu/flex.py`` is ``attention.x``), lazy imports included."""
+    package = path.relative_to(LIBRARY.parent).with_suffix("").parts[:-1]  # ("attention", ...)
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.split(".")[0] == "attention")
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            module = ".".join((*base, node.module) if node.module else base)
+            if module.split(".")[0] == "attention":
+                names.add(module)
+    return names
+
+
+def test_library_imports_resolves_relative_imports():
+    flex = LIBRARY / "gpu" / "flex.py"
+    assert "attention._checks" in library_imports(flex)
+    assert "attention.gpu.triton_flash" in library_imports(LIBRARY / "dispatch.py")
+
+
+@pytest.mark.parametrize("path", sorted((LIBRARY / "gpu").glob("*.py")), ids=lambda p: p.name)
+def test_gpu_backends_do_not_import_the_dispatcher_that_picks_them(path):
+    # One direction: attention.dispatch imports the GPU backends, never the other way round.
+    assert "attention.dispatch" not in library_imports(path)

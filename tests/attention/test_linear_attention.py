@@ -234,5 +234,5 @@ def test_step_bad_inputs_raise_clear_errors():
         linear_attention_step(
             q, k, v, LinearAttentionState(torch.zeros(1, 2, 3, 4), torch.zeros(3))
         )
-    with pytest.raises(ValueError, match="dim_v must be >= 1"):
+    with pytest.raises(ValueError, match="value_dim must be >= 1, got 0"):
         LinearAttentionState.zeros(1, 2, 3, 0)

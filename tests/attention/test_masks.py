@@ -40,13 +40,13 @@ def test_causal_mask_matches_loop(lq, lk):
     top = causal_mask(lq, lk)
     assert top.dtype == torch.bool and top.shape == (lq, lk)
     assert torch.equal(top, _loop(lq, lk, lambda i, j: j <= i))
-    bottom = causal_mask(lq, lk, alignment="bottom_right")
+    bottom = causal_mask(lq, lk, causal_alignment="bottom_right")
     assert torch.equal(bottom, _loop(lq, lk, lambda i, j: j <= i + lk - lq))
     assert torch.equal(causal_mask(lq), _loop(lq, lq, lambda i, j: j <= i))
 
 
 def test_causal_mask_bottom_right_last_query_sees_every_key():
-    assert causal_mask(1, 5, alignment="bottom_right").all()  # one decoding step, cache of 5
+    assert causal_mask(1, 5, causal_alignment="bottom_right").all()  # one decoding step, cache of 5
     assert causal_mask(1, 5)[0].tolist() == [True, False, False, False, False]
 
 

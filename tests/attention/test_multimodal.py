@@ -203,7 +203,7 @@ def _manual_cross_block(block: CrossAttentionBlock, x, context, keep=None):
     """The block recomputed from its weights: explicit heads, float64 softmax, no package code."""
     d, h = block.d_model, block.attn.num_heads
     dh = d // h
-    q_in = F.layer_norm(x, (d,), block.norm_x.weight, block.norm_x.bias)
+    q_in = F.layer_norm(x, (d,), block.norm1.weight, block.norm1.bias)
     memory = F.layer_norm(
         context, (block.context_dim,), block.norm_context.weight, block.norm_context.bias
     )
@@ -222,10 +222,10 @@ def _manual_cross_block(block: CrossAttentionBlock, x, context, keep=None):
         heads_out.append(torch.softmax(scores, dim=-1) @ v[..., cols])  # (B, Lq, dh)
     mixed = F.linear(torch.cat(heads_out, dim=-1), attn.out_proj.weight, attn.out_proj.bias)
     y = x + mixed
-    ff = block.ffn
+    ff = block.ff
     hidden = F.gelu(
         F.linear(
-            F.layer_norm(y, (d,), block.norm_ffn.weight, block.norm_ffn.bias),
+            F.layer_norm(y, (d,), block.norm2.weight, block.norm2.bias),
             ff.linear1.weight,
             ff.linear1.bias,
         )
@@ -251,7 +251,7 @@ def test_cross_attention_respects_key_padding_over_image_patches():
     image = torch.randn(2, 6, 8, dtype=torch.float64)
     keep = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])  # image 1 has 4 real patches
     mask = padding_mask_from_keep(keep)  # (B, 1, 1, Lk)
-    out, weights = block(text, image, mask, need_weights=True)
+    out, weights = block(text, image, mask=mask, need_weights=True)
     torch.testing.assert_close(out, _manual_cross_block(block, text, image, keep))
     assert weights[1, :, :, 4:].abs().max() == 0  # no weight on a padded patch
     # Same as if image 1 simply had 4 patches, whatever the padding holds.
@@ -259,7 +259,7 @@ def test_cross_attention_respects_key_padding_over_image_patches():
     torch.testing.assert_close(out[1:], alone)
     garbage = image.clone()
     garbage[1, 4:] = 1e3
-    torch.testing.assert_close(block(text, garbage, mask), out)
+    torch.testing.assert_close(block(text, garbage, mask=mask), out)
 
 
 def test_cross_attention_output_is_per_query_and_reads_the_context():
@@ -289,5 +289,6 @@ def test_cross_attention_output_is_per_query_and_reads_the_context():
 )
 def test_cross_attention_bad_inputs(args, error, match):
     block = CrossAttentionBlock(8, 2)
+    x, context, *mask = args
     with pytest.raises(error, match=match):
-        block(*args)
+        block(x, context, mask=mask[0] if mask else None)

@@ -15,7 +15,10 @@ from attention.normalizers import (
     normalized_attention,
     sigmoid_attention,
 )
+from tests.attention.inputs import random_qkv
 from tests.reference import naive_attention_float64
+
+SIZES = dict(lq=3, lk=5, e=4, ev=3, dtype=torch.float32)  # b = h = 2
 
 
 def naive_float64(q, k, v, allowed=None, *, normalizer, bias=None):
@@ -51,15 +54,6 @@ def naive_float64(q, k, v, allowed=None, *, normalizer, bias=None):
     return out
 
 
-def _qkv(seed, b=2, h=2, lq=3, lk=5, e=4, ev=3):
-    g = torch.Generator().manual_seed(seed)
-    return (
-        torch.randn(b, h, lq, e, generator=g),
-        torch.randn(b, h, lk, e, generator=g),
-        torch.randn(b, h, lk, ev, generator=g),
-    )
-
-
 @pytest.mark.parametrize("normalizer", ["softmax", "sigmoid", "relu"])
 @settings(max_examples=15, deadline=None)
 @given(
@@ -69,7 +63,7 @@ def _qkv(seed, b=2, h=2, lq=3, lk=5, e=4, ev=3):
     masked=st.booleans(),
 )
 def test_matches_the_float64_loop(normalizer, seed, lq, lk, masked):
-    q, k, v = _qkv(seed, lq=lq, lk=lk)
+    q, k, v = random_qkv(**{**SIZES, "lq": lq, "lk": lk}, seed=seed)
     allowed = None
     if masked:
         allowed = torch.rand(1, 1, lq, lk, generator=torch.Generator().manual_seed(seed)) > 0.4
@@ -80,7 +74,7 @@ def test_matches_the_float64_loop(normalizer, seed, lq, lk, masked):
 
 def test_plain_matches_the_loop_on_positive_scores():
     # positive scores keep the sum away from 0, where "plain" is ill-conditioned on purpose
-    q, k, v = _qkv(3)
+    q, k, v = random_qkv(**SIZES, seed=3)
     k = q[:, :, :1].abs().expand(-1, -1, 5, -1).clone() + 0.1
     q = q.abs() + 0.1
     got = normalized_attention(q, k, v, normalizer="plain")
@@ -88,16 +82,16 @@ def test_plain_matches_the_loop_on_positive_scores():
 
 
 def test_softmax_equals_the_reference_attention():
-    q, k, v = _qkv(1)
+    q, k, v = random_qkv(**SIZES, seed=1)
     allowed = torch.tensor([[True, False, True, True, False]])
     got = normalized_attention(q, k, v, allowed, normalizer="softmax")
     torch.testing.assert_close(got.double(), naive_attention_float64(q, k, v, allowed))
 
 
 def test_sigmoid_bias_default_is_minus_log_n_and_zero_is_plain():
-    q, k, v = _qkv(2)
+    q, k, v = random_qkv(**SIZES, seed=2)
     for bias in (None, 0.0, -1.5):
-        got, w = sigmoid_attention(q, k, v, bias=bias, need_weights=True)
+        got, w = sigmoid_attention(q, k, v, score_bias=bias, need_weights=True)
         want = naive_float64(q, k, v, normalizer="sigmoid", bias=bias)
         torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-4)
     scores = q @ k.transpose(-2, -1) / 2.0
@@ -105,7 +99,7 @@ def test_sigmoid_bias_default_is_minus_log_n_and_zero_is_plain():
 
 
 def test_weights_sum_to_one_except_sigmoid():
-    q, k, v = _qkv(4, lk=6)
+    q, k, v = random_qkv(**{**SIZES, "lk": 6}, seed=4)
     for normalizer in NORMALIZERS:
         _, w = normalized_attention(q, k, v, normalizer=normalizer, need_weights=True)
         sums = w.sum(-1)
@@ -119,7 +113,7 @@ def test_weights_sum_to_one_except_sigmoid():
 
 @pytest.mark.parametrize("normalizer", NORMALIZERS)
 def test_fully_masked_rows_give_zeros_and_finite_gradients(normalizer):
-    q, k, v = _qkv(5)
+    q, k, v = random_qkv(**SIZES, seed=5)
     q.requires_grad_(True)
     allowed = torch.ones(1, 1, 3, 5, dtype=torch.bool)
     allowed[..., 1, :] = False
@@ -139,7 +133,7 @@ def test_relu_row_with_no_positive_score_gives_zeros_and_no_gradient():
 
 
 def test_float_mask_is_an_additive_bias_and_half_precision_is_computed_in_float32():
-    q, k, v = _qkv(6)
+    q, k, v = random_qkv(**SIZES, seed=6)
     bias = torch.randn(1, 1, 3, 5, generator=torch.Generator().manual_seed(0))
     got = normalized_attention(q, k, v, bias, normalizer="softmax")
     scores = q @ k.transpose(-2, -1) / 2.0 + bias
@@ -152,18 +146,30 @@ def test_float_mask_is_an_additive_bias_and_half_precision_is_computed_in_float3
 
 
 def test_bad_input_names_the_argument():
-    q, k, v = _qkv(7)
+    q, k, v = random_qkv(**SIZES, seed=7)
     with pytest.raises(ValueError, match="normalizer"):
         normalized_attention(q, k, v, normalizer="tanh")
-    with pytest.raises(TypeError, match="bias"):
-        sigmoid_attention(q, k, v, bias="-log n")
-    with pytest.raises(ValueError, match="bias"):
-        sigmoid_attention(q, k, v, bias=float("nan"))
-    with pytest.raises(ValueError, match="bias"):
-        normalized_attention(q, k, v, normalizer="relu", bias=-1.0)
+    with pytest.raises(TypeError, match="score_bias must be a float or None"):
+        sigmoid_attention(q, k, v, score_bias="-log n")
+    with pytest.raises(ValueError, match="score_bias must be finite, got nan"):
+        sigmoid_attention(q, k, v, score_bias=float("nan"))
+    with pytest.raises(ValueError, match="score_bias is only used by normalizer='sigmoid'"):
+        normalized_attention(q, k, v, normalizer="relu", score_bias=-1.0)
     with pytest.raises(ValueError, match="key"):
         normalized_attention(q, k[..., :3], v)
     with pytest.raises(TypeError, match="mask"):
         normalized_attention(q, k, v, torch.ones(3, 5, dtype=torch.long))
     with pytest.raises(TypeError, match="query"):
         normalized_attention(q.long(), k, v)
+
+
+def test_normalize_scores_takes_a_bool_or_a_float_mask():
+    g = torch.Generator().manual_seed(8)
+    scores = torch.randn(2, 3, 5, generator=g, dtype=torch.float64)  # (B, Lq, Lk)
+    keep = torch.rand(3, 5, generator=g) > 0.3
+    keep[:, 0] = True  # every row keeps a key, so torch.softmax has no NaN row
+    bias = torch.randn(3, 5, generator=g, dtype=torch.float64).masked_fill(~keep, -math.inf)
+    want = torch.softmax(scores + bias, dim=-1)
+    torch.testing.assert_close(normalize_scores(scores, mask=bias), want)
+    want = torch.softmax(scores.masked_fill(~keep, -math.inf), dim=-1)
+    torch.testing.assert_close(normalize_scores(scores, mask=keep), want)

@@ -313,7 +313,7 @@ def test_alibi_slopes_are_distinct_positive_and_below_one(h):
 @pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
 def test_alibi_bias_matches_a_double_loop(alignment):
     h, lq, lk = 3, 4, 7
-    bias = alibi_bias(h, lq, lk, alignment=alignment)
+    bias = alibi_bias(h, lq, lk, causal_alignment=alignment)
     slopes = alibi_slopes(h)
     shift = lk - lq if alignment == "bottom_right" else 0
     assert bias.shape == (h, lq, lk) and bias.dtype == torch.float32
@@ -343,4 +343,4 @@ def test_alibi_with_causal_mask_is_the_papers_causal_form():
 def test_alibi_bias_is_shift_invariant_in_attention():
     """Only distances matter: the bias for a window of keys is a crop of a longer one."""
     big = alibi_bias(2, 10)
-    torch.testing.assert_close(alibi_bias(2, 3, 5, alignment="bottom_right"), big[:, 7:, 5:])
+    torch.testing.assert_close(alibi_bias(2, 3, 5, causal_alignment="bottom_right"), big[:, 7:, 5:])

@@ -26,6 +26,8 @@ from attention.timeseries import (
     sliding_windows,
 )
 
+TF_SIZES = dict(d_model=16, num_heads=2, d_ff=32)  # TransformerForecaster, with num_layers
+
 
 def _history(b: int, length: int, seed: int = 0, dtype=torch.float32) -> torch.Tensor:
     return torch.randn(b, length, generator=torch.Generator().manual_seed(seed), dtype=dtype)
@@ -204,7 +206,7 @@ def test_recurrent_and_convolutional_forecasters_refuse_bad_sizes():
 
 def test_transformer_forecaster_is_embedding_plus_position_then_encoder_then_flat_head():
     torch.manual_seed(0)
-    model = TransformerForecaster(12, 4, 16, 2, 1, 32).double()
+    model = TransformerForecaster(12, 4, **TF_SIZES, num_layers=1).double()
     x = _history(3, 12, dtype=torch.float64)
     pe = torch.zeros(12, 16, dtype=torch.float64)
     for pos in range(12):
@@ -219,7 +221,7 @@ def test_transformer_forecaster_is_embedding_plus_position_then_encoder_then_fla
 
 def test_time_aware_forecaster_adds_one_learned_vector_per_calendar_phase():
     torch.manual_seed(0)
-    model = TransformerForecaster(12, 4, 16, 2, 1, 32, period=12).double()
+    model = TransformerForecaster(12, 4, **TF_SIZES, num_layers=1, period=12).double()
     x = _history(2, 12, dtype=torch.float64)
     phase = (torch.arange(12) + torch.tensor([[0], [5]])) % 12  # two different calendar starts
     out = model(x, phase)
@@ -232,7 +234,7 @@ def test_time_aware_forecaster_adds_one_learned_vector_per_calendar_phase():
 
 
 def test_time_aware_forecaster_needs_a_valid_phase():
-    model = TransformerForecaster(12, 4, 16, 2, 1, 32, period=12)
+    model = TransformerForecaster(12, 4, **TF_SIZES, num_layers=1, period=12)
     x = _history(2, 12)
     with pytest.raises(ValueError, match="phase is required"):
         model(x)
@@ -242,7 +244,7 @@ def test_time_aware_forecaster_needs_a_valid_phase():
         model(x, torch.zeros(2, 12))
     with pytest.raises(ValueError, match="phase must have the shape of history"):
         model(x, torch.zeros(2, 11, dtype=torch.long))
-    plain = TransformerForecaster(12, 4, 16, 2, 1, 32)
+    plain = TransformerForecaster(12, 4, **TF_SIZES, num_layers=1)
     torch.testing.assert_close(plain(x), plain(x, torch.zeros(2, 12, dtype=torch.long)))
 
 
@@ -261,15 +263,15 @@ def test_probsparse_attn_fn_calls_the_package_kernel_with_a_fixed_sample():
 def test_probsparse_forecaster_equals_the_dense_one_when_every_query_is_selected():
     """u = factor · ceil(ln L) >= L selects every query: ProbSparse is then dense attention."""
     torch.manual_seed(0)
-    dense = TransformerForecaster(12, 4, 16, 2, 2, 32, period=12).double()
+    dense = TransformerForecaster(12, 4, **TF_SIZES, num_layers=2, period=12).double()
     sparse = TransformerForecaster(
-        12, 4, 16, 2, 2, 32, period=12, attn_fn=ProbSparseAttention(factor=5)
+        12, 4, **TF_SIZES, num_layers=2, period=12, attn_fn=ProbSparseAttention(factor=5)
     ).double()
     sparse.load_state_dict(dense.state_dict())
     x, phase = _history(3, 12, dtype=torch.float64), torch.arange(12).expand(3, -1)
     torch.testing.assert_close(sparse(x, phase), dense(x, phase))
     few = TransformerForecaster(
-        12, 4, 16, 2, 2, 32, period=12, attn_fn=ProbSparseAttention(factor=1)
+        12, 4, **TF_SIZES, num_layers=2, period=12, attn_fn=ProbSparseAttention(factor=1)
     ).double()
     few.load_state_dict(dense.state_dict())
     assert not torch.allclose(few(x, phase), dense(x, phase))  # 3 of 12 queries: different
@@ -297,8 +299,10 @@ def test_last_value_normalization_makes_forecasts_shift_with_the_level():
         lambda: DLinear(8, 3, kernel_size=3),
         lambda: LSTMForecaster(8, 3, 4),
         lambda: TCNForecaster(8, 3, 4),
-        lambda: TransformerForecaster(8, 3, 8, 2, 1, 16),
-        lambda: TransformerForecaster(8, 3, 8, 2, 1, 16, period=4),
+        lambda: TransformerForecaster(8, 3, d_model=8, num_heads=2, d_ff=16, num_layers=1),
+        lambda: TransformerForecaster(
+            8, 3, d_model=8, num_heads=2, d_ff=16, num_layers=1, period=4
+        ),
         lambda: LastValueNormalization(DLinear(8, 3, kernel_size=3)),
     ],
 )

@@ -106,6 +106,7 @@ from attention.gpu.triton_flash import (  # noqa: E402
     triton_flash_attention,
     triton_unavailable_reason,
 )
+from tests.attention.inputs import random_qkv  # noqa: E402
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -151,12 +152,7 @@ def test_dispatch_triton_backend_matches_reference(interpreted):
 # --- in-process: validation and availability ---------------------------------------------------
 
 
-def _qkv(e=16, dtype=torch.float32, lq=8, lk=8, hk=2):
-    return (
-        torch.randn(1, 2, lq, e, dtype=dtype),
-        torch.randn(1, hk, lk, e, dtype=dtype),
-        torch.randn(1, hk, lk, e, dtype=dtype),
-    )
+SIZES = dict(b=1, h=2, lq=8, lk=8, e=16, dtype=torch.float32)
 
 
 @pytest.mark.parametrize(
@@ -169,17 +165,17 @@ def _qkv(e=16, dtype=torch.float32, lq=8, lk=8, hk=2):
 )
 def test_bad_inputs_are_refused_with_named_argument(kwargs, error, words):
     with pytest.raises(error, match=words):
-        triton_flash_attention(*_qkv(**kwargs))
+        triton_flash_attention(*random_qkv(**{**SIZES, **kwargs}))
 
 
 def test_value_width_must_match_query_width():
-    q, k, _ = _qkv()
+    q, k, _ = random_qkv(**SIZES)
     with pytest.raises(ValueError, match="value must have the query's last dim"):
         triton_flash_attention(q, k, torch.randn(1, 2, 8, 32))
 
 
 def test_integer_tensor_is_refused():
-    q, k, v = _qkv()
+    q, k, v = random_qkv(**SIZES)
     with pytest.raises(TypeError, match="query must be a floating-point tensor"):
         triton_flash_attention(q.long(), k, v)
 
@@ -189,7 +185,7 @@ def test_cpu_tensors_without_interpreter_raise_runtime_error_saying_why():
     reason = triton_unavailable_reason("cpu")
     assert reason is not None and "TRITON_INTERPRET" in reason
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
-        triton_flash_attention(*_qkv())
+        triton_flash_attention(*random_qkv(**SIZES))
 
 
 def test_missing_triton_is_reported(monkeypatch):

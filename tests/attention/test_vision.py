@@ -145,7 +145,7 @@ def test_window_partition_matches_loops_and_reverse_round_trips(shape):
     b, n_h, n_w, ws, c = shape
     h, w = n_h * ws, n_w * ws
     x = torch.randn(b, h, w, c)
-    windows = window_partition(x, window=ws)
+    windows = window_partition(x, window_size=ws)
     assert windows.shape == (b * n_h * n_w, ws * ws, c)
     for bi in range(b):
         for wr in range(n_h):
@@ -153,7 +153,7 @@ def test_window_partition_matches_loops_and_reverse_round_trips(shape):
                 idx = (bi * n_h + wr) * n_w + wc  # image-major, then row-major windows
                 block = x[bi, wr * ws : (wr + 1) * ws, wc * ws : (wc + 1) * ws]  # (ws, ws, C)
                 assert torch.equal(windows[idx], block.reshape(ws * ws, c))
-    assert torch.equal(window_reverse(windows, window=ws, height=h, width=w), x)
+    assert torch.equal(window_reverse(windows, window_size=ws, height=h, width=w), x)
 
 
 @settings(max_examples=30, deadline=None)
@@ -227,7 +227,7 @@ def _dense_swin_reference(block: SwinBlock, x: torch.Tensor) -> torch.Tensor:
     position bias of their offset. As in the original Swin, an axis that one window covers is
     not shifted.
     """
-    (h, w), ws, s = block.resolution, block.window, block.shift
+    (h, w), ws, s = block.resolution, block.window_size, block.shift
     sr, sc = (s if h > ws else 0), (s if w > ws else 0)
     heads, c = block.attn.num_heads, block.d_model
     table = block.attn.relative_bias.table.detach()
@@ -282,30 +282,33 @@ def test_shifted_block_lets_information_cross_window_borders():
 
 
 def test_window_attention_rejects_bad_inputs():
-    attn = WindowAttention(8, 2, 2)
+    attn = WindowAttention(8, 2, window_size=2)
     with pytest.raises(ValueError, match=r"windows must have shape \(B\*nW, 4, 8\)"):
         attn(torch.randn(3, 5, 8))
     with pytest.raises(TypeError, match=r"mask must be a bool tensor"):
-        attn(torch.randn(4, 4, 8), torch.zeros(2, 4, 4))
+        attn(torch.randn(4, 4, 8), mask=torch.zeros(2, 4, 4))
     with pytest.raises(ValueError, match=r"mask must have shape \(nW, 4, 4\)"):
-        attn(torch.randn(4, 4, 8), torch.ones(3, 4, 4, dtype=torch.bool))
+        attn(torch.randn(4, 4, 8), mask=torch.ones(3, 4, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"d_model \(6\) must be divisible by num_heads \(4\)"):
-        WindowAttention(6, 2, 4)
+        WindowAttention(6, 4, window_size=2)
 
 
 @pytest.mark.parametrize(
     ("make", "match"),
     [
-        (lambda: SwinBlock(8, (6, 8), 2, 4), r"input_resolution \(6, 8\).*window \(4\)"),
-        (lambda: SwinBlock(8, 8, 2, 4, shift=4), r"shift must be in \[0, window=4\)"),
-        (lambda: shifted_window_mask(8, 8, 4, 5), r"shift must be in \[0, window=4\)"),
+        (lambda: SwinBlock(8, (6, 8), 2, 4), r"input_resolution \(6, 8\).*window_size \(4\)"),
+        (lambda: SwinBlock(8, 8, 2, 4, shift=4), r"shift must be in \[0, window_size=4\)"),
+        (lambda: shifted_window_mask(8, 8, 4, 5), r"shift must be in \[0, window_size=4\)"),
         (
-            lambda: window_partition(torch.randn(1, 6, 8, 2), window=4),
-            r"grid \(6, 8\).*window \(4\)",
+            lambda: window_partition(torch.randn(1, 6, 8, 2), window_size=4),
+            r"grid \(6, 8\).*window_size \(4\)",
         ),
-        (lambda: window_partition(torch.randn(6, 8, 2), window=2), r"x must have 4 dimensions"),
         (
-            lambda: window_reverse(torch.randn(3, 4, 2), window=2, height=4, width=4),
+            lambda: window_partition(torch.randn(6, 8, 2), window_size=2),
+            r"x must have 4 dimensions",
+        ),
+        (
+            lambda: window_reverse(torch.randn(3, 4, 2), window_size=2, height=4, width=4),
             r"windows must have shape",
         ),
         (lambda: PatchMerging((5, 4), 8), r"input_resolution \(5, 4\).*merge factor \(2\)"),

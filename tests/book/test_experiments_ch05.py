@@ -150,7 +150,7 @@ def test_window_attention_matches_dense_with_its_mask(seq_len, left, right, glob
     seed=st.integers(0, 1000),
 )
 def test_bigbird_attention_matches_dense_with_its_mask(seq_len, block, n_random, seed):
-    attn = BigBirdAttnFn(block, window=1, n_global=1, n_random=n_random, seed=seed)
+    attn = BigBirdAttnFn(block, n_window=1, n_global=1, n_random=n_random, seed=seed)
     q, k, v = make_qkv(seq_len, batch_size=1, num_heads=2, head_dim=4, seed=seed)
     allowed = attn.allowed(seq_len)  # (L, L)
     layout = attn.layout(seq_len)

@@ -183,7 +183,7 @@ def test_alibi_and_masks_are_the_packages():
 def test_allowed_pairs_against_the_package_masks():
     assert allowed_pairs("full").all() and allowed_pairs("linear").all()
     assert torch.equal(allowed_pairs("window", 20), sliding_window_mask(20, left=4, right=4))
-    layout = bigbird_layout(SEQ_LEN // BLOCK, window=1, n_global=1, n_random=1,
+    layout = bigbird_layout(SEQ_LEN // BLOCK, n_window=1, n_global=1, n_random=1,
                             generator=torch.Generator().manual_seed(0))  # fmt: skip
     assert torch.equal(allowed_pairs("block-sparse"), block_layout_to_mask(layout, BLOCK, 16, 16))
     assert 0 < allowed_pairs("block-sparse").float().mean() < 1

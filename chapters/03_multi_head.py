@@ -830,7 +830,7 @@ for name, d, h, kv in known_models:
 # %%
 def as_mha(gqa: MultiHeadAttention) -> MultiHeadAttention:
     """An ordinary multi-head layer computing exactly what ``gqa`` computes."""
-    h, kv, dh = gqa.num_heads, gqa.num_kv_heads, gqa.d_head
+    h, kv, dh = gqa.num_heads, gqa.num_kv_heads, gqa.head_dim
     mha_equiv = MultiHeadAttention(gqa.d_model, h)
     state = gqa.state_dict()
     for name in ("k_proj", "v_proj"):

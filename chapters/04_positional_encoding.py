@@ -489,7 +489,7 @@ record_claim(
 
 # %% tags=["nbval-check-output"]
 max_lens = [128, 256, 512, 1024, 2048, 4096]
-learned_params = [LearnedPositionalEmbedding(n, 768).weight.numel() for n in max_lens]
+learned_params = [LearnedPositionalEmbedding(768, max_len=n).weight.numel() for n in max_lens]
 for n, count in zip(max_lens, learned_params, strict=True):
     print(f"max_len {n:>5}, d_model 768: {count:>9,} parameters")
 sinusoidal_module = SinusoidalPositionalEncoding(768, max_len=4096)

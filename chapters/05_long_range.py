@@ -171,7 +171,7 @@ with torch.no_grad():
 
 lstm_cell = nn.LSTMCell(WIDTH, WIDTH).double()
 one_layer = MultiHeadAttention(WIDTH, 2).double()
-two_layers = Encoder(2, WIDTH, 2, 2 * WIDTH, pre_ln=True).double()
+two_layers = Encoder(WIDTH, 2, 2 * WIDTH, num_layers=2, pre_ln=True).double()
 per_token = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh(), nn.Linear(WIDTH, WIDTH)).double()
 rounds_of = {
     "LSTM (cell applications)": recurrence_rounds(lstm_cell),
@@ -753,7 +753,7 @@ fig = attention_patterns()
 variants = {
     "window ±8": SlidingWindowAttnFn(8, 8),
     "window ±8 + global token 64": SlidingWindowAttnFn(8, 8, global_positions=(64,)),
-    "BigBird, blocks of 8": BigBirdAttnFn(8, window=1, n_global=1, n_random=1),
+    "BigBird, blocks of 8": BigBirdAttnFn(8, n_window=1, n_global=1, n_random=1),
     "linear (elu+1)": LinearAttnFn(),
 }
 trained_variants = ("window ±8", "BigBird, blocks of 8", "linear (elu+1)")

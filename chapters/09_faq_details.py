@@ -109,7 +109,7 @@ q = torch.tensor([[[[2.0]]]])  # (1, 1, 1, 1): d = 1, so the scale is 1
 k = (row / 2.0).view(1, 1, 4, 1)  # (1, 1, 4, 1): q · k_j = row_j
 v = torch.eye(4).view(1, 1, 4, 4)  # (1, 1, 4, 4): output = the weights
 for name, (normalizer, bias) in VARIANTS.items():
-    w = normalized_attention(q, k, v, normalizer=normalizer, bias=bias)[0, 0, 0]  # (4,)
+    w = normalized_attention(q, k, v, normalizer=normalizer, score_bias=bias)[0, 0, 0]  # (4,)
     print(f"{name:>18}: {[round(x, 3) for x in w.tolist()]}  sum {float(w.sum()):.3f}")
 
 # %% [markdown]

@@ -159,7 +159,7 @@ torch_layer = nn.TransformerEncoderLayer(
 torch_encoder = nn.TransformerEncoder(
     torch_layer, NUM_LAYERS, norm=nn.LayerNorm(D_MODEL), enable_nested_tensor=False
 ).eval()
-ours = Encoder(NUM_LAYERS, D_MODEL, NUM_HEADS, D_FF, pre_ln=True).eval()
+ours = Encoder(D_MODEL, NUM_HEADS, D_FF, num_layers=NUM_LAYERS, pre_ln=True).eval()
 ours.layers = nn.ModuleList(EncoderLayer.from_torch(layer) for layer in torch_encoder.layers)
 ours.norm.load_state_dict(torch_encoder.norm.state_dict())
 x = torch.randn(4, SEQ_LEN, D_MODEL)  # (B, L, D)
@@ -177,8 +177,8 @@ assert gap < 1e-5
 images = data.test_images[:4].unsqueeze(1)  # (B, 1, 8, 8)
 torch.manual_seed(0)
 patches = PatchEmbedding(8, 2, 1, D_MODEL)
-positions = LearnedPositionalEmbedding(SEQ_LEN, D_MODEL)
-encoder = Encoder(NUM_LAYERS, D_MODEL, NUM_HEADS, D_FF, pre_ln=True, attn_fn=torch_sdpa)
+positions = LearnedPositionalEmbedding(D_MODEL, max_len=SEQ_LEN)
+encoder = Encoder(D_MODEL, NUM_HEADS, D_FF, num_layers=NUM_LAYERS, pre_ln=True, attn_fn=torch_sdpa)
 head = nn.Linear(D_MODEL, 10)
 
 tokens = patches(images)  # (B, 16, D): one token per patch, in reading order

@@ -66,8 +66,8 @@ check("07.1", patchify)
 # ## Exercise 07.2 — Shifted-window attention
 #
 # `block` is an `attention.vision.SwinBlock` with `block.resolution = (H, W)`,
-# `block.window = w`, `block.shift = s > 0`, `block.d_model = C`, its window attention
-# `block.attn(windows, mask)` (windows `(B·nW, w², C)` → `(B·nW, w², C)`) and its region
+# `block.window_size = w`, `block.shift = s > 0`, `block.d_model = C`, its window attention
+# `block.attn(windows, mask=mask)` (windows `(B·nW, w², C)` → `(B·nW, w², C)`) and its region
 # mask `block.region_mask`. Write `shifted_window_attention(block, x)` for tokens
 # `x (B, H·W, C)` (row-major): view the tokens as a grid `(B, H, W, C)`; roll it up and left
 # by `s` (`torch.roll(grid, shifts=(-s, -s), dims=(1, 2))`); cut it into `w × w` windows in

@@ -66,8 +66,8 @@ check("07.1", patchify)
 # ## Exercise 07.2 — Shifted-window attention
 #
 # `block` is an `attention.vision.SwinBlock` with `block.resolution = (H, W)`,
-# `block.window = w`, `block.shift = s > 0`, `block.d_model = C`, its window attention
-# `block.attn(windows, mask)` (windows `(B·nW, w², C)` → `(B·nW, w², C)`) and its region
+# `block.window_size = w`, `block.shift = s > 0`, `block.d_model = C`, its window attention
+# `block.attn(windows, mask=mask)` (windows `(B·nW, w², C)` → `(B·nW, w², C)`) and its region
 # mask `block.region_mask`. Write `shifted_window_attention(block, x)` for tokens
 # `x (B, H·W, C)` (row-major): view the tokens as a grid `(B, H, W, C)`; roll it up and left
 # by `s` (`torch.roll(grid, shifts=(-s, -s), dims=(1, 2))`); cut it into `w × w` windows in
@@ -80,13 +80,13 @@ check("07.1", patchify)
 def shifted_window_attention(block, x: torch.Tensor) -> torch.Tensor:
     """Swin's shifted-window attention sub-layer on tokens (B, H·W, C)."""
     ### BEGIN SOLUTION
-    (h, w), c, ws, s = block.resolution, block.d_model, block.window, block.shift
+    (h, w), c, ws, s = block.resolution, block.d_model, block.window_size, block.shift
     grid = x.view(-1, h, w, c)  # (B, H, W, C)
     b = grid.shape[0]
     grid = torch.roll(grid, shifts=(-s, -s), dims=(1, 2))  # up and left by s
     windows = grid.view(b, h // ws, ws, w // ws, ws, c).permute(0, 1, 3, 2, 4, 5)
     windows = windows.reshape(-1, ws * ws, c)  # (B·nW, ws², C)
-    windows = block.attn(windows, block.region_mask)  # (B·nW, ws², C)
+    windows = block.attn(windows, mask=block.region_mask)  # (B·nW, ws², C)
     grid = windows.view(b, h // ws, w // ws, ws, ws, c).permute(0, 1, 3, 2, 4, 5)
     grid = grid.reshape(b, h, w, c)  # (B, H, W, C)
     grid = torch.roll(grid, shifts=(s, s), dims=(1, 2))  # back to where every token was

@@ -24,7 +24,7 @@ CHROMIUM ?= /usr/bin/chromium
 BOOK_OUT ?= _build/book
 
 .PHONY: venv lab test test-fast test-unit test-notebooks test-browser browser lint execute \
-        exercises check claims book bench bench-quick gpu-check clean
+        export exercises check claims book bench bench-quick gpu-check clean
 
 venv: $(STAMP) $(JUPYTER_STAMP)
 
@@ -96,6 +96,11 @@ endif
 # make execute [NB="chapters/02_scaled_dot_product.py ..."]   (default: chapters + solutions)
 execute: venv
 	$(PY) -m book.notebooks.execute $(NB)
+
+# make export [NB=chapters/08_attention_by_hand.py]   write book/pages/chNN.py from the cells
+# the chapters mark `#| export` (nbdev's nb_export); default: every chapter
+export: venv
+	$(PY) -m book.notebooks.export $(NB)
 
 # make exercises [FORCE=1]   regenerate exercises/ from solutions/
 exercises: venv

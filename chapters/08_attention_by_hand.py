@@ -41,6 +41,7 @@
 #   not.
 
 # %%
+#| default_exp ch08
 import inspect
 import math
 
@@ -592,6 +593,121 @@ record_claim(
 #
 # Every test runs on a module with every layout, all with the same weights, at $H = 3$ and
 # at $H = 1$.
+
+# %% [markdown]
+# The first four tests need nothing you would not write anyway; the last three are the ones
+# worth copying into your own project, because they need no reference implementation. Here
+# they are in full. Each takes a module with this chapter's interface (`module(x,
+# causal=...)` on `x` of shape `(B, L, D)`, `module.d_model`, `module.num_heads`, and for
+# head independence the four projections) and returns `True` when the module passes. They
+# all read the same fixed input, so a verdict never depends on the random numbers of the
+# day. (The cells that start with `#| export` are copied, by `make export`, into the module
+# `book.pages.ch08`, from which the table below, the exercise checks and the book's tests
+# import them: this page is their one definition.)
+
+# %%
+#| export
+import copy
+
+import torch
+from torch import nn
+
+TEST_SHAPE = (2, 5)  # (B, L) of the inputs the tests use
+
+
+def _test_input(module: nn.Module, seed: int = 0) -> torch.Tensor:
+    """The same input on every call: (B, L, D) with (B, L) = TEST_SHAPE, D = module.d_model."""
+    b, l = TEST_SHAPE
+    return torch.randn(b, l, module.d_model, generator=torch.Generator().manual_seed(seed))
+
+
+# %% [markdown]
+# **Head independence.** In correct multi-head attention, head $h$ reads only its own slice
+# of the projected queries, keys and values (features $h d_k$ to $(h + 1) d_k - 1$), and the
+# merge puts its output back in that same slice. So if we change the query and value weights
+# of head $h$ alone, and make `out_proj` the identity so that the merged heads reach the
+# output unmixed, only that slice of the output may move; and it must move, or the change
+# reached nothing. A split that hands head $h$ features of other heads, or a merge that
+# writes its output elsewhere, moves features outside the slice, and the test fails. A
+# layout that keeps every head's own features but scrambles the positions they come from
+# (*transpose first*) still maps the slice to the slice, and passes.
+
+# %%
+#| export
+def head_independence_test(module: nn.Module) -> bool:
+    """Each head is a separate computation: change the query and value weights of head h
+    (rows ``h*Dh ... (h+1)*Dh - 1`` of ``q_proj`` and ``v_proj``) and, with ``out_proj`` set
+    to the identity, only output features ``h*Dh ...`` may change — and they must."""
+    m = copy.deepcopy(module).eval()
+    h_count, d = m.num_heads, m.d_model
+    dh = d // h_count
+    with torch.no_grad():
+        m.out_proj.weight.copy_(torch.eye(d))
+        if m.out_proj.bias is not None:
+            m.out_proj.bias.zero_()
+        x = _test_input(m)
+        base = m(x)  # (B, L, D): the heads side by side
+        g = torch.Generator().manual_seed(1)
+        for h in range(h_count):
+            rows = slice(h * dh, (h + 1) * dh)
+            changed = copy.deepcopy(m)
+            for proj in (changed.q_proj, changed.v_proj):
+                proj.weight[rows] += torch.randn(proj.weight[rows].shape, generator=g)
+            moved = (changed(x) - base).abs().amax(dim=(0, 1)) > 1e-6  # (D,) per feature
+            inside = torch.zeros(d, dtype=torch.bool)
+            inside[rows] = True
+            if moved[~inside].any() or not moved[inside].any():
+                return False
+    return True
+
+
+# %% [markdown]
+# **Permutation.** Without a mask or positional encoding, self-attention does not know where
+# a token sits: each output is an average of the values with weights computed from the
+# contents of the tokens alone (chapter 4). Shuffle the tokens and the outputs come out
+# shuffled in the same way. A layout that mixes positions, putting pieces of several tokens
+# into one row of a head, makes a token's output depend on its neighbours by position, and
+# the shuffled output no longer matches. A layout that keeps every token in its own row
+# (*no transpose*, *interleaved*) stays equivariant however wrong it is, and passes.
+
+# %%
+#| export
+def permutation_test(module: nn.Module, atol: float = 1e-5) -> bool:
+    """Without positions or masks, self-attention is permutation-equivariant (chapter 4):
+    shuffling the tokens shuffles the outputs the same way."""
+    x = _test_input(module)
+    perm = torch.randperm(x.shape[1], generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        return bool(torch.allclose(module(x[:, perm]), module(x)[:, perm], atol=atol))
+
+
+# %% [markdown]
+# **No future leak.** With `causal=True`, the output at position $t$ may depend on tokens
+# $0$ to $t$ only. The test replaces every token after $t$ and checks that the outputs at
+# positions $0$ to $t$ stay as they were, for every $t$. The article's mask test reads one
+# row of the weights, and a layout bug leaves that row perfect: the mask is applied to the
+# score matrix, whatever the split has made of it. This test reads the output, so it sees a
+# later token that a wrong split moved into an earlier row before the mask was applied. A
+# layout that keeps the order of positions cannot move a later token earlier, and passes.
+
+# %%
+#| export
+def future_test(module: nn.Module, atol: float = 1e-5) -> bool:
+    """With ``causal=True``, the output at position t does not change when the tokens after
+    t change (checked for every t)."""
+    x = _test_input(module)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        base = module(x, causal=True)  # (B, L, D)
+        for t in range(x.shape[1] - 1):
+            other = x.clone()
+            other[:, t + 1 :] = torch.randn(other[:, t + 1 :].shape, generator=g)
+            if not torch.allclose(
+                module(other, causal=True)[:, : t + 1], base[:, : t + 1], atol=atol
+            ):
+                return False
+    return True
+
 
 # %%
 table = outcome_table(d_model=D, num_heads=H)

@@ -21,8 +21,8 @@ from book.experiments.ch08 import (
     LAYOUTS,
     WRONG,
     HandMultiHeadAttention,
-    future_test,
 )
+from book.pages.ch08 import future_test
 
 from . import CheckFailed, expect_close, expect_shape, randn, register
 from .helpers import expect_tensor, matches

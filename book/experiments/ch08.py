@@ -11,7 +11,9 @@
 - The tests of a hand-written module (:data:`TESTS`): the article's three (shape, causal
   mask, non-zero gradients) and the ones that catch a wrong layout (comparison with
   ``nn.MultiheadAttention`` given the same weights, per-head independence, permutation
-  equivariance, no leak from the future, the split/merge round trip).
+  equivariance, no leak from the future, the split/merge round trip). The three property
+  tests (head independence, permutation, no future leak) and their input are defined on the
+  chapter's page and imported from the module exported from it, :mod:`book.pages.ch08`.
 - The asserting functions ``assert_c28_...`` raise ``AssertionError`` when the claim is false.
 """
 
@@ -38,6 +40,13 @@ from book.experiments.ch03 import (
 )
 from book.experiments.seeds import Spread, spread
 from book.experiments.training import fit, torch_threads
+from book.pages.ch08 import (
+    TEST_SHAPE,
+    _test_input,
+    future_test,
+    head_independence_test,
+    permutation_test,
+)
 
 Tensor = torch.Tensor
 
@@ -404,13 +413,6 @@ def interleaved_twin_state(
 # Tests of a hand-written attention module
 # ------------------------------------------------------------------------------------------
 
-TEST_SHAPE = (2, 5)  # (B, L) of the inputs the tests use
-
-
-def _test_input(module: nn.Module, seed: int = 0) -> Tensor:
-    b, l = TEST_SHAPE
-    return torch.randn(b, l, module.d_model, generator=torch.Generator().manual_seed(seed))
-
 
 def shape_test(module: nn.Module) -> bool:
     """The article's first test: ``(B, L, D)`` in, ``(B, L, D)`` out."""
@@ -445,59 +447,6 @@ def torch_comparison_test(module: nn.Module, atol: float = 1e-5) -> bool:
     with torch.no_grad():
         want, _ = reference(x, x, x, need_weights=False)  # (B, L, D)
         return bool(torch.allclose(module(x), want, atol=atol))
-
-
-def head_independence_test(module: nn.Module) -> bool:
-    """Each head is a separate computation: change the query and value weights of head h
-    (rows ``h*Dh ... (h+1)*Dh - 1`` of ``q_proj`` and ``v_proj``) and, with ``out_proj`` set
-    to the identity, only output features ``h*Dh ...`` may change — and they must."""
-    m = copy.deepcopy(module).eval()
-    h_count, d = m.num_heads, m.d_model
-    dh = d // h_count
-    with torch.no_grad():
-        m.out_proj.weight.copy_(torch.eye(d))
-        if m.out_proj.bias is not None:
-            m.out_proj.bias.zero_()
-        x = _test_input(m)
-        base = m(x)  # (B, L, D): the heads side by side
-        g = torch.Generator().manual_seed(1)
-        for h in range(h_count):
-            rows = slice(h * dh, (h + 1) * dh)
-            changed = copy.deepcopy(m)
-            for proj in (changed.q_proj, changed.v_proj):
-                proj.weight[rows] += torch.randn(proj.weight[rows].shape, generator=g)
-            moved = (changed(x) - base).abs().amax(dim=(0, 1)) > 1e-6  # (D,) per feature
-            inside = torch.zeros(d, dtype=torch.bool)
-            inside[rows] = True
-            if moved[~inside].any() or not moved[inside].any():
-                return False
-    return True
-
-
-def permutation_test(module: nn.Module, atol: float = 1e-5) -> bool:
-    """Without positions or masks, self-attention is permutation-equivariant (chapter 4):
-    shuffling the tokens shuffles the outputs the same way."""
-    x = _test_input(module)
-    perm = torch.randperm(x.shape[1], generator=torch.Generator().manual_seed(2))
-    with torch.no_grad():
-        return bool(torch.allclose(module(x[:, perm]), module(x)[:, perm], atol=atol))
-
-
-def future_test(module: nn.Module, atol: float = 1e-5) -> bool:
-    """With ``causal=True``, the output at position t does not change when the tokens after
-    t change (checked for every t)."""
-    x = _test_input(module)
-    g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        base = module(x, causal=True)  # (B, L, D)
-        for t in range(x.shape[1] - 1):
-            other = x.clone()
-            other[:, t + 1 :] = torch.randn(other[:, t + 1 :].shape, generator=g)
-            if not torch.allclose(
-                module(other, causal=True)[:, : t + 1], base[:, : t + 1], atol=atol
-            ):
-                return False
-    return True
 
 
 @dataclass(frozen=True)

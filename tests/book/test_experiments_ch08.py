@@ -42,6 +42,7 @@ from book.experiments.ch08 import (
     source_map,
     train_layout,
 )
+from book.pages.ch08 import future_test, head_independence_test, permutation_test
 
 sizes = st.tuples(
     st.integers(1, 3), st.integers(1, 6), st.integers(1, 4), st.integers(1, 4)
@@ -293,9 +294,9 @@ def test_reference_tests_pass_the_package_and_catch_known_bugs():
     for name in TESTS:
         assert run_test(name, package) == PASSED, name
     assert not ch08.torch_comparison_test(_Wrapped("doubled output"))
-    assert ch08.permutation_test(_Wrapped("doubled output"))  # still equivariant
-    assert not ch08.future_test(_Wrapped("ignores causal"))
-    assert not ch08.permutation_test(_Shifted())
+    assert permutation_test(_Wrapped("doubled output"))  # still equivariant
+    assert not future_test(_Wrapped("ignores causal"))
+    assert not permutation_test(_Shifted())
 
 
 class _Shifted(HandMultiHeadAttention):
@@ -321,8 +322,8 @@ def test_head_independence_catches_a_shared_head():
             return self.out_proj(merge_heads(out))
 
     torch.manual_seed(0)
-    assert not ch08.head_independence_test(SharedQueries(12, 3))
-    assert ch08.head_independence_test(make_attention(CORRECT, 12, 3))
+    assert not head_independence_test(SharedQueries(12, 3))
+    assert head_independence_test(make_attention(CORRECT, 12, 3))
 
 
 def test_run_test_reports_a_raising_module():

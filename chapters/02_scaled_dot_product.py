@@ -766,7 +766,7 @@ record_claim(
     verdict="partly",
     measured=f"seed 0, loss at step 100: {smooth_u[100]:.2f} unscaled (start "
     f"{unscaled_run.losses[0]:.2f}) vs {smooth_s[100]:.2f} scaled; loss < 1 at step {n_u0} vs "
-    f"{n_s0} ({min(ratios):.1f}–{max(ratios):.1f}× over 3 seeds); final accuracy ≥ "
+    f"{n_s0} ({min(ratios):.2f}–{max(ratios):.2f}× over 3 seeds); final accuracy ≥ "
     f"{min(r.accuracy for pair in seed_runs.values() for r in pair):.2f} for all runs",
 )
 

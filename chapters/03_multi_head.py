@@ -407,7 +407,8 @@ record_claim(
     verdict="reproduced",
     measured=f"matrix products identical ({flops_1.matmul / 1e9:.2f} GFLOP for h 1 and 12); "
     f"softmax adds {overhead_12:.2%} at h 12; time h=8 / h=1: "
-    + ", ".join(f"{r:.2f}× ({label})" for label, r in t_ratio.items()),
+    + ", ".join(f"{r:.2f}× ({label})" for label, r in t_ratio.items())
+    + " (this machine)",
 )
 
 # %% [markdown]

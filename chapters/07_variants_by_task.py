@@ -280,7 +280,9 @@ VIT_STEPS = 200
 
 
 def build_vit() -> VisionTransformer:
-    return VisionTransformer(8, 2, 1, 10, d_model=VIT_WIDTH, num_heads=4, num_layers=VIT_LAYERS, d_ff=2 * VIT_WIDTH)
+    return VisionTransformer(
+        8, 2, 1, 10, d_model=VIT_WIDTH, num_heads=4, num_layers=VIT_LAYERS, d_ff=2 * VIT_WIDTH
+    )
 
 
 digit_runs = {}
@@ -742,8 +744,12 @@ forecasters = {
     "DLinear": lambda: DLinear(LOOKBACK, HORIZON, kernel_size=13),
     "LSTM": lambda: LSTMForecaster(LOOKBACK, HORIZON, 32),
     "TCN": lambda: TCNForecaster(LOOKBACK, HORIZON, 16),
-    "Transformer": lambda: TransformerForecaster(LOOKBACK, HORIZON, d_model=32, num_heads=2, num_layers=1, d_ff=64),
-    "+ time": lambda: TransformerForecaster(LOOKBACK, HORIZON, d_model=32, num_heads=2, num_layers=1, d_ff=64, period=PERIOD),
+    "Transformer": lambda: TransformerForecaster(
+        LOOKBACK, HORIZON, d_model=32, num_heads=2, num_layers=1, d_ff=64
+    ),
+    "+ time": lambda: TransformerForecaster(
+        LOOKBACK, HORIZON, d_model=32, num_heads=2, num_layers=1, d_ff=64, period=PERIOD
+    ),
     "Informer-style": lambda: TransformerForecaster(
         LOOKBACK, HORIZON, d_model=32, num_heads=2, num_layers=1, d_ff=64, period=PERIOD,
         attn_fn=ProbSparseAttention(factor=INFORMER_FACTOR),

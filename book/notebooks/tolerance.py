@@ -60,13 +60,15 @@ TOLERANCES: dict[str, Tolerance] = {
         why="a number that is the same on every CPU (a count, a size, a threshold)",
     ),
     "trained": Tolerance(
-        abs=0.04,
-        rel=0.04,
+        abs=0.045,
+        rel=0.045,
         factor=None,
         regression="+0.05",
-        why="an accuracy, probability or loss after training moves by up to ~0.03 (4 % above "
+        why="an accuracy, probability or loss after training moves by up to ~0.04 (4 % above "
         "1) between instruction sets (chapter 10's capstone: mean 0.899-0.918, minimum over "
-        "seeds 0.871-0.904); an edit of 0.05 (5 % above 1) must fail",
+        "seeds 0.871-0.904; chapter 3's one-head model, seed 2: 0.75 and 0.71); an edit of "
+        "0.05 (5 % above 1) must fail. Print such numbers with two decimals or more: the "
+        "tolerance is on the value, and rounding to one decimal can use it up",
     ),
     "trained-ratio": Tolerance(
         abs=0.0,
@@ -176,8 +178,8 @@ def _flatten(item, outputs, skip_compare) -> dict[str, list[str]]:
     for output in outputs:
         data = output.get("data", {})
         if output.get("output_type") == "display_data" and "text/plain" in data:
-            if item.sanitize(data["text/plain"]).strip() == PROGRESS_BAR:
-                continue
+            if item.sanitize(data["text/plain"]).strip() in (PROGRESS_BAR, ""):
+                continue  # a finished bar, or one erased when it closed (leave=False)
         for key, value in output.items():
             if key in skip_compare:
                 continue
@@ -185,8 +187,8 @@ def _flatten(item, outputs, skip_compare) -> dict[str, list[str]]:
                 for mime, data in value.items():
                     if mime == CLAIMS_MIME:
                         data = _without_cells(data)
-                    if mime not in skip_compare:
-                        flat[mime].append(item.sanitize(data))
+                    if mime not in skip_compare:  # JSON as text, so that it is sanitized too
+                        flat[mime].append(item.sanitize(_as_text(data)))
             else:
                 flat[key].append(item.sanitize(value))
     return flat
@@ -228,7 +230,7 @@ def install(item, tolerance: Tolerance) -> None:
                 )
                 return False
             for s, f in zip(stored_values, fresh_values, strict=True):
-                why = compare_text(_as_text(s), _as_text(f), tolerance)
+                why = compare_text(s, f, tolerance)
                 if why is not None:
                     item.format_output_compare(key, s, f)
                     item.comparison_traceback.append(f"within tolerance: no, {why}")

@@ -22,17 +22,8 @@ the document's ``dirty`` flag) and from the server's REST API, never from fixed 
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import secrets
-import shutil
-import socket
 import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import nbformat
@@ -40,6 +31,7 @@ import pytest
 
 from book.notebooks.common import REPO, WIDGET_MIME
 from tests.browser.conftest import Console, screenshot_dir
+from tests.lab_harness import MakeLab, copy_book
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -56,10 +48,6 @@ ANSWERS = {
         "    return batch * heads * n_queries * n_keys * d_k"
     ),
 }
-# What `make lab` and `make check` need in the copy (mtimes kept, so that the .venv stamps
-# stay fresh); the copy's .venv is the repository's.
-COPIED = ["Makefile", "jupytext.toml", "requirements-dev.txt", "pyproject.toml", "chapters",
-          "exercises", "solutions", "book", "attention"]  # fmt: skip
 STARTUP_SECONDS = 90
 RUN_ALL_SECONDS = 400
 # Records every toast JupyterLab shows (the news question, update checks, errors), across
@@ -76,120 +64,6 @@ new MutationObserver(() => {
 CURRENT = "window.jupyterapp.shell.currentWidget"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def descendants(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            children = (task / "children").read_text().split()
-        except (FileNotFoundError, ProcessLookupError):  # the thread or process just ended
-            continue
-        for child in children:
-            found += [int(child), *descendants(int(child))]
-    return found
-
-
-class MakeLab:
-    """``make lab`` in a copy of the book, on a free port with a random token."""
-
-    def __init__(self, root: Path, workdir: Path) -> None:
-        self.root = root
-        # The committed chapter, as the copy holds it before a reader touches it.
-        self.committed_nb = nbformat.read(root / (CHAPTER + ".ipynb"), as_version=4)
-        self.committed_py = (root / (CHAPTER + ".py")).read_bytes()
-        self.token = secrets.token_hex(16)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        args = (
-            f"--no-browser --port={self.port} --port-retries=0 --ServerApp.ip=127.0.0.1 "
-            f"--IdentityProvider.token={self.token} --LabApp.expose_app_in_browser=True "
-            "--TabKernelManager.shutdown_after_disconnect=2"  # 30 s for a reader
-        )
-        env = dict(
-            os.environ,
-            JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
-            JUPYTERLAB_SETTINGS_DIR=str(workdir / "user-settings"),  # no reader's settings
-            JUPYTERLAB_WORKSPACES_DIR=str(workdir / "workspaces"),  # a fresh workspace
-        )
-        self.log = workdir / "make_lab.log"
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(
-                ["make", "--no-print-directory", "lab", f"LAB_ARGS={args}"],
-                cwd=root, env=env, stdout=log, stderr=log, start_new_session=True,
-            )  # fmt: skip
-
-    def api(self, path: str, method: str = "GET") -> tuple[int, bytes]:
-        request = urllib.request.Request(
-            self.url + path, method=method, headers={"Authorization": f"token {self.token}"}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read()
-
-    def json(self, path: str):
-        status, body = self.api(path)
-        assert status == 200, f"GET {path} -> {status}: {body[:300]!r}"
-        return json.loads(body)
-
-    def notebook(self, path: str) -> nbformat.NotebookNode:
-        """The notebook at ``path`` as the server's contents API returns it."""
-        model = self.json(f"/api/contents/{path}?type=notebook&content=1")
-        return nbformat.from_dict(model["content"])
-
-    def wait_until(self, condition, what: str, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"make lab exited with {self.proc.returncode}:\n{self.tail()}")
-            try:
-                if condition():
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        pytest.fail(f"{what} not within {seconds} s:\n{self.tail()}")
-
-    def server_env(self) -> dict[str, str]:
-        """The environment of the jupyter server: what a JupyterLab terminal inherits."""
-        for pid in descendants(self.proc.pid):
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if any(b"jupyter-lab" in part or part == b"lab" for part in cmdline[:3]):
-                raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
-        raise AssertionError(f"no jupyter lab process under make (pid {self.proc.pid})")
-
-    def stop(self) -> None:
-        os.killpg(self.proc.pid, 15)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, 9)
-            self.proc.wait()
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-
-def copy_book(dest: Path) -> Path:
-    for name in COPIED:
-        source, target = REPO / name, dest / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
-            shutil.copytree(source, target, ignore=ignore)
-        else:
-            shutil.copy2(source, target)
-    (dest / ".venv").symlink_to(Path(sys.prefix))
-    return dest
-
-
 def figures(nb: nbformat.NotebookNode) -> int:
     return sum(
         "image/png" in out.get("data", {})
@@ -201,10 +75,25 @@ def figures(nb: nbformat.NotebookNode) -> int:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
+    """``make lab`` in a copy of the book, with no reader's settings or workspace."""
     workdir = tmp_path_factory.mktemp("browser_lab")
-    server = MakeLab(copy_book(workdir / "book"), workdir)
+    root = copy_book(workdir / "book")
+    # The committed chapter, as the copy holds it before a reader touches it.
+    committed_nb = nbformat.read(root / (CHAPTER + ".ipynb"), as_version=4)
+    committed_py = (root / (CHAPTER + ".py")).read_bytes()
+    server = MakeLab(
+        root,
+        workdir,
+        "--LabApp.expose_app_in_browser=True "
+        "--TabKernelManager.shutdown_after_disconnect=2",  # 30 s for a reader
+        env={
+            "JUPYTERLAB_SETTINGS_DIR": str(workdir / "user-settings"),  # no reader's settings
+            "JUPYTERLAB_WORKSPACES_DIR": str(workdir / "workspaces"),  # a fresh workspace
+        },
+    )
+    server.committed_nb, server.committed_py = committed_nb, committed_py
     try:
-        server.wait_until(lambda: server.api("/api/status")[0] == 200, "make lab", STARTUP_SECONDS)
+        server.wait_for_server(STARTUP_SECONDS)
         yield server
     finally:
         server.stop()

@@ -294,7 +294,8 @@ record_claim(
 
 # %% [markdown]
 # **Verdict: reproduced.** Every recurrent model's sensitivity falls exponentially with
-# distance — the plain RNN's fastest, until it leaves even float64's range. The default LSTM
+# distance — the plain RNN's fastest, until its squared gradient underflows even float64. The
+# default LSTM
 # and GRU decay more slowly, and an LSTM whose forget gate is held open decays much more
 # slowly still, yet still loses orders of magnitude over 500 steps: gating *eases* the
 # problem, it does not remove it. The attention layer's curve is flat: its output depends on
@@ -778,11 +779,12 @@ record_claim(
 # **Verdict: reproduced.** The LSTM's path grows by one cell application per token of
 # distance; attention's is one layer for every pair, and the control that mixes nothing
 # reports no path from any other token — so the measurement can tell "one step" from "no
-# connection". (An earlier version of this book counted operations in the autograd graph and
-# got a short "path" for the control too: `torch.stack` of the tokens is one graph node
-# linked to all of them. Dependence has to be measured on values.) Combined with the flat
-# gradient curve of section 1.2, this is the whole argument of the chapter in two numbers:
-# attention does not remember better, it simply does not have to pass the message along.
+# connection". (Counting operations in the autograd graph would not: `torch.stack` of the
+# tokens is one graph node linked to all of them, so the control would get a short "path"
+# too. Dependence has to be measured on values.) Combined with the flat gradient curve of
+# section 1.2, this is the whole argument of the chapter in two numbers: the recurrent model
+# relays every token through each state in between, while attention reads it directly, so
+# there is nothing for distance to wear away.
 # The price is the $n \times n$ table of scores, whose cost chapter 5 measures.
 
 # %% [markdown]

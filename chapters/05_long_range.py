@@ -202,12 +202,11 @@ path_attn = paths["attention, 1 layer"][1]
 # The result is exact. The LSTM's message from token $j$ crosses $t - j$ updates of the state
 # after the cell that reads it; one attention layer connects every pair directly; the
 # two-layer encoder already connects every pair after its first layer; and the control
-# reports no path from any other token, so the measurement can fail. (An earlier version of
-# this section counted operations in the autograd graph. That count is not a dependence:
-# feeding the attention layer `torch.stack(tokens)` creates one graph node linked to every
-# token, and the "7-operation route" it found from every token was the output token's own
-# residual path through that node, crossing no attention at all — the per-token control got
-# a short path too.)
+# reports no path from any other token, so the measurement can fail. (Counting operations
+# in the autograd graph would not measure dependence: feeding the attention layer
+# `torch.stack(tokens)` creates one graph node linked to every token, so every token would
+# seem a few operations from the output through its own residual path, crossing no attention
+# at all — and the per-token control would get a short path too.)
 #
 # ### The gradient along the path
 #
@@ -1215,9 +1214,9 @@ record_claim(
 # - **Window + global token — not reproduced** (within this budget). A global token that is
 #   not the read-out is useless in one layer, as its mask predicts, and in two layers — where
 #   it could relay the topic to the conclusion — the models stayed at chance on every seed too
-#   (mean 0.50, min 0.46, max 0.52). An earlier version of this chapter made the read-out
-#   itself global, which in one layer is full attention, and reported success; that test
-#   could not fail. Longformer's global tokens work in models trained far longer; what this
+#   (mean 0.50, min 0.46, max 0.52). (Making the read-out itself global would be full
+#   attention in one layer: a test that could not fail.) Longformer's global tokens work in
+#   models trained far longer; what this
 #   budget shows is that the relay has to be learned, and is not learned quickly.
 # - **BigBird — reproduced** (three seeds). The block pattern reaches part of the topic span
 #   (the global first block; at 128 tokens the random block fell outside it), and the mean

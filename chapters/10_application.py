@@ -332,7 +332,8 @@ record_claim(
 # The surprise is how far the relative schemes fall behind. RoPE and ALiBi encode only the
 # *offset* between two tokens, and the mean pooling at the end forgets where each token was;
 # so the model can tell "this stroke is four patches after that one" but not "this stroke is
-# in the top-left corner" — and for centred digits, where the ink is is most of the answer.
+# in the top-left corner" — and for centred digits, the position of the ink is most of the
+# answer.
 # ALiBi is hit twice: the package's bidirectional form penalises $|i-j|$, the same for a key
 # before or after the query, so it cannot even tell the patch above from the patch below,
 # and in practice it does no better than no positions at all. And in an image read in

@@ -584,7 +584,7 @@ print(inspect.getsource(fit))
 print(inspect.getsource(train_classifier))
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw={"width_ratios": [1.1, 1]})
+fig, axes = plt.subplots(2, 1, figsize=(12, 9.5))
 plot_lines(
     list(range(1, STEPS + 1)),
     {name: moving_average(results_c3[name, 0].losses, 10) for name in runs_c3},
@@ -595,7 +595,7 @@ plot_lines(
     ax=axes[0],
 )
 reference_line(axes[0], torch.log(torch.tensor(4.0)).item(), "chance: ln 4")
-axes[0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 plot_bar_spread(
     {name.replace(", signal at", "\nsignal at").replace(", forget", "\nforget"): a
      for name, a in acc_c3.items()},
@@ -606,9 +606,9 @@ plot_bar_spread(
 )  # fmt: skip
 axes[1].axhline(C3_USES_SIGNAL, color="tab:red", linestyle=":", zorder=5,
                 label=f"uses the signal ({C3_USES_SIGNAL})")  # fmt: skip
-axes[1].tick_params(axis="x", labelsize=7, rotation=60)
+axes[1].tick_params(axis="x", labelsize=9)
 axes[1].set_ylim(0, 1.05)
-axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 fig.tight_layout()
 
 # %%

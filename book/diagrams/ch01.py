@@ -14,8 +14,9 @@ N_TOKENS = 6  # x_0 .. x_5
 
 
 def rnn_chain_vs_attention() -> plt.Figure:
-    """Left: an RNN, ``h_t = f(h_(t-1), x_t)``, a chain of ``n`` steps from ``x_0`` to the
-    read-out. Right: one self-attention layer, every token one step from every output."""
+    """Left: an RNN, ``h_t = f(h_(t-1), x_t)``: ``x_0`` reaches the read-out after
+    ``N_TOKENS`` cell steps (the cell that reads it, then one per later token). Right: one
+    self-attention layer, every token one step from every output."""
     fig, ax = new_diagram(
         "How far token x_0 is from the output at the last position",
         xlim=(0, 15.4),
@@ -24,7 +25,7 @@ def rnn_chain_vs_attention() -> plt.Figure:
     )
     n, gap = N_TOKENS, 1.1
     # --- the RNN chain
-    caption(ax, (3.3, 4.3), "RNN: a chain (n steps from x_0 to h_5)", fontsize=10)
+    caption(ax, (3.3, 4.3), f"RNN: a chain ({n} cell steps from x_0 to h_{n - 1})", fontsize=10)
     xs = [0.6 + gap * t for t in range(n)]
     for t, x in enumerate(xs):
         box(ax, (x, 0.4), f"x_{t}", size=(0.8, 0.5), color=COLORS["input"])

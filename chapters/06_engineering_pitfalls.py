@@ -213,7 +213,7 @@ record_claim(
 # `torch.softmax`, and by `-inf` followed by the package's safe softmax — in float32 and in
 # float16.
 
-# %%
+# %% tags=["nbval-check-output"]
 report32 = ch06.fill_report(torch.float32)
 report16 = ch06.fill_report(torch.float16)
 for dtype, report in (("float32", report32), ("float16", report16)):
@@ -237,10 +237,13 @@ for dtype, report in (("float32", report32), ("float16", report16)):
 allowed = torch.tensor([[True, True, False, False], [False] * 4])
 scores16 = torch.randn(2, 4, generator=torch.Generator().manual_seed(3)).half()
 bias = ch06.additive_half_mask(allowed)
+cast_weights = torch.softmax(scores16 + bias, dim=-1)  # (2 rows, 4 keys)
 print("-1e9 cast to float16:", bias[0, -1].item())
-print("softmax(scores + bias) in float16:\n", torch.softmax(scores16 + bias, dim=-1))
+print("softmax(scores + bias) in float16:\n", cast_weights)
 fmin = torch.tensor(torch.finfo(torch.float32).min)
 print("finfo.min + finfo.min =", (fmin + fmin).item(), "(two additive masks summed)")
+ch06.assert_c21_edge_cases(report32, report16, bias[0, -1].item(), cast_weights[1],
+                           (fmin + fmin).item())  # fmt: skip
 
 # %% [markdown]
 # The last line is the trap of `finfo.min`: two additive masks added together (padding plus

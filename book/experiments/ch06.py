@@ -409,6 +409,47 @@ def assert_c21_large_negative(report32: Mapping[str, Mapping[str, str]]) -> None
     assert got == "masked keys get 0", f"-1e9 in float32: {got}"
 
 
+# What the chapter states about the rows the claim leaves out, fill by fill (float32 and
+# float16): a fully masked row, and -1e9 in half precision.
+C21_FULLY_MASKED = {
+    "-1e9": "uniform over masked keys",
+    "-inf": "NaN",
+    "finfo.min": "uniform over masked keys",
+    "safe softmax": "zeros",
+}
+
+
+def assert_c21_edge_cases(
+    report32: Mapping[str, Mapping[str, str]],
+    report16: Mapping[str, Mapping[str, str]],
+    cast_fill: float,
+    cast_fully_masked: Tensor,
+    doubled_min: float,
+) -> None:
+    """The behaviours the chapter reports beyond C21 as stated, each asserted:
+
+    - a fully masked row, float32 and float16 (where the fill fits): ``-1e9`` and
+      ``finfo.min`` give a uniform row, ``-inf`` gives NaN, the safe softmax zeros
+      (:data:`C21_FULLY_MASKED`);
+    - float16: ``masked_fill`` with ``-1e9`` raises; an additive float32 mask cast to float16
+      turns ``-1e9`` into ``-inf`` (``cast_fill``) and its fully masked row into NaN
+      (``cast_fully_masked``, the softmax of that row);
+    - two ``finfo.min`` masks summed overflow to ``-inf`` (``doubled_min``).
+    """
+    for name, report in (("float32", report32), ("float16", report16)):
+        for fill, expected in C21_FULLY_MASKED.items():
+            got = report[fill]["fully masked row"]
+            if name == "float16" and fill == "-1e9":
+                assert got.startswith("raises RuntimeError"), f"float16 -1e9: {got}"
+                continue
+            assert got == expected, f"{name} {fill}, fully masked row: {got}, expected {expected}"
+    assert cast_fill == float("-inf"), f"-1e9 cast to float16 gave {cast_fill}, expected -inf"
+    assert torch.isnan(cast_fully_masked).all(), (
+        f"softmax of a fully masked float16 row with the cast mask: {cast_fully_masked.tolist()}"
+    )
+    assert doubled_min == float("-inf"), f"finfo.min + finfo.min = {doubled_min}, expected -inf"
+
+
 def assert_tests_verdicts(
     table: Mapping[str, Mapping[str, bool]], *, article_misses: Sequence[str]
 ) -> None:

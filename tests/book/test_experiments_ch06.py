@@ -113,6 +113,25 @@ def test_describe_row():
     assert ch06.describe_row(torch.tensor([float("nan"), 0.0]), none) == "NaN"
 
 
+def test_assert_c21_edge_cases_passes_on_the_real_behaviour_and_fails_on_a_false_one():
+    report32, report16 = ch06.fill_report(torch.float32), ch06.fill_report(torch.float16)
+    allowed = torch.tensor([[True, False], [False, False]])
+    bias = ch06.additive_half_mask(allowed)
+    cast = torch.softmax(torch.zeros(2, 2, dtype=torch.float16) + bias, dim=-1)
+    fmin = torch.tensor(torch.finfo(torch.float32).min)
+    args = (report32, report16, bias[0, -1].item(), cast[1], (fmin + fmin).item())
+    ch06.assert_c21_edge_cases(*args)
+    fixed = {**report32, "-inf": {**report32["-inf"], "fully masked row": "zeros"}}
+    with pytest.raises(AssertionError, match="float32 -inf, fully masked row: zeros"):
+        ch06.assert_c21_edge_cases(fixed, *args[1:])
+    with pytest.raises(AssertionError, match="cast to float16 gave -65504"):
+        ch06.assert_c21_edge_cases(*args[:2], -65504.0, *args[3:])
+    with pytest.raises(AssertionError, match="fully masked float16 row"):
+        ch06.assert_c21_edge_cases(*args[:3], torch.zeros(2), args[4])
+    with pytest.raises(AssertionError, match="finfo.min"):
+        ch06.assert_c21_edge_cases(*args[:4], float(fmin))
+
+
 def test_assert_c21_large_negative():
     ch06.assert_c21_large_negative({"-1e9": {"partly masked row": "masked keys get 0"}})
     with pytest.raises(AssertionError, match="-1e9 in float32"):

@@ -67,8 +67,8 @@ from book.experiments.ch03 import (
 )
 from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.training import torch_threads
-from book.measure.timing import min_seconds
 from book.plotting import plot_heads, plot_lines, plot_spread, reference_line, set_style
+from measure.timing import min_seconds
 
 set_style()
 make_deterministic(0)

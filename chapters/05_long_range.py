@@ -607,7 +607,7 @@ record_claim(
 #
 # - the bytes of the weight tensor itself (exact by construction: $B \cdot H \cdot n^2 \cdot 4$);
 # - the **peak** bytes the call holds at once, counted tensor by tensor by the package's
-#   `book.measure.memory` (a dispatch mode that sees every operator; exact and repeatable,
+#   `measure.memory` (a dispatch mode that sees every operator; exact and repeatable,
 #   unlike the process's memory use);
 # - the matrix-multiply FLOPs, counted by torch's `FlopCounterMode` (through the package's
 #   `matmul_flop_counter`, which also counts the in-place products torch's table leaves out);

@@ -7,8 +7,8 @@
   in between. :func:`attention_maps` reads a trained model's attention weights and
   :func:`topic_attention` summarises how the conclusion spreads its attention.
 - C18, :func:`measure_cost`: the exact bytes an attention call allocates (peak, by
-  :mod:`book.measure.memory`), its matrix-multiply FLOPs (torch's ``FlopCounterMode``, with
-  the in-place products added: :func:`book.measure.flops.matmul_flop_counter`) and its
+  :mod:`measure.memory`), its matrix-multiply FLOPs (torch's ``FlopCounterMode``, with
+  the in-place products added: :func:`measure.flops.matmul_flop_counter`) and its
   median time.
 - C19, :class:`SlidingWindowAttnFn`, :class:`BigBirdAttnFn`, :class:`LinearAttnFn`: the
   efficient variants of :mod:`attention.efficient` wrapped as ``attn_fn`` for
@@ -33,9 +33,9 @@ from attention.efficient.block_sparse import bigbird_layout, block_sparse_attent
 from attention.efficient.linear import linear_attention
 from attention.efficient.sliding_window import sliding_window_attention
 from attention.masks import block_layout_to_mask, sliding_window_mask
-from book.measure.flops import matmul_flop_counter
-from book.measure.memory import peak_extra_bytes
-from book.measure.timing import time_forward
+from measure.flops import matmul_flop_counter
+from measure.memory import peak_extra_bytes
+from measure.timing import time_forward
 
 Tensor = torch.Tensor
 
@@ -356,7 +356,7 @@ class Cost:
 
     ``peak_bytes``: most bytes the call allocated and held at once (output included, inputs
     not), counted tensor by tensor; ``flops``: matrix-multiply FLOPs (2 per multiply-add) as
-    :func:`book.measure.flops.matmul_flop_counter` counts them; ``seconds``: median
+    :func:`measure.flops.matmul_flop_counter` counts them; ``seconds``: median
     wall-clock time (machine-dependent: show it, never assert it).
     """
 

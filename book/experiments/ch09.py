@@ -38,7 +38,7 @@ from attention.normalizers import NORMALIZERS, normalized_attention
 from book.data import digits
 from book.experiments.seeds import spread
 from book.experiments.training import fit, linear_warmup, torch_threads
-from book.measure.flops import matmul_flop_counter
+from measure.flops import matmul_flop_counter
 
 Tensor = torch.Tensor
 

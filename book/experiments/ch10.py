@@ -11,7 +11,7 @@
   (:func:`book.experiments.training.fit`) on the training split, accuracy on the whole test
   split, seeds as everywhere in the book.
   :func:`pixel_baseline` builds the models without attention that the chapter compares with.
-- :func:`training_step_cost`, :func:`encoder_cost`: exact peak bytes (:mod:`book.measure.memory`)
+- :func:`training_step_cost`, :func:`encoder_cost`: exact peak bytes (:mod:`measure.memory`)
   and the fastest wall time of one forward + backward; :func:`encoder_flops` counts an encoder's
   matrix-multiply FLOPs exactly, split into the part that grows with ``n²``.
 - :data:`GUIDE`, :func:`decision_guide`: the chapter's decision guide, each row tied to the
@@ -46,10 +46,10 @@ from attention.vision import PatchEmbedding
 from book.data import Digits
 from book.experiments.ch05 import BigBirdAttnFn, LinearAttnFn, SlidingWindowAttnFn
 from book.experiments.training import torch_threads, train_classifier
-from book.measure.flops import matmul_flop_counter
-from book.measure.memory import peak_extra_bytes
-from book.measure.timing import min_seconds
 from book.progress import progress as progress_bar
+from measure.flops import matmul_flop_counter
+from measure.memory import peak_extra_bytes
+from measure.timing import min_seconds
 
 Tensor = torch.Tensor
 

@@ -1,6 +1,6 @@
 """The library stays torch-only: nothing under ``attention/`` imports the book's machinery
-(``book``, ``bench``, ``tests``) or the book's third-party tools (matplotlib, numpy, tqdm,
-IPython), statically or at run time."""
+(``book``, ``measure``, ``bench``, ``tests``) or the book's third-party tools (matplotlib,
+numpy, tqdm, IPython), statically or at run time."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 LIBRARY = Path(__file__).resolve().parents[2] / "attention"
-FORBIDDEN = ("book", "bench", "tests", "matplotlib", "numpy", "tqdm", "IPython")
+FORBIDDEN = ("book", "measure", "bench", "tests", "matplotlib", "numpy", "tqdm", "IPython")
 # Besides the standard library, the library may import torch, and triton in its GPU path.
 ALLOWED_THIRD_PARTY = ("torch", "triton")
 

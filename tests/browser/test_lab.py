@@ -59,7 +59,7 @@ ANSWERS = {
 # What `make lab` and `make check` need in the copy (mtimes kept, so that the .venv stamps
 # stay fresh); the copy's .venv is the repository's.
 COPIED = ["Makefile", "jupytext.toml", "requirements-dev.txt", "pyproject.toml", "chapters",
-          "exercises", "solutions", "book", "attention"]  # fmt: skip
+          "exercises", "solutions", "book", "measure", "attention"]  # fmt: skip
 STARTUP_SECONDS = 90
 RUN_ALL_SECONDS = 400
 # Records every toast JupyterLab shows (the news question, update checks, errors), across

@@ -49,6 +49,12 @@ from torch import nn
 
 from attention.blocks import Encoder, SequenceClassifier
 from attention.dispatch import torch_sdpa
+from attention.efficient.adapters import (
+    BigBirdAttnFn,
+    LinearAttnFn,
+    MaskedAttnFn,
+    SlidingWindowAttnFn,
+)
 from attention.efficient.flash import flash_attention
 from attention.efficient.linear import linear_attention
 from attention.functional import scaled_dot_product_attention
@@ -58,10 +64,6 @@ from book.diagrams.ch05 import attention_patterns, window_reach_by_depth
 from book.experiments.ch05 import (
     C19_CHANCE_BELOW,
     C19_SOLVED_ABOVE,
-    BigBirdAttnFn,
-    LinearAttnFn,
-    MaskedAttnFn,
-    SlidingWindowAttnFn,
     assert_c16_paths,
     assert_c17_links,
     assert_c19_blind_at_chance,

@@ -5,7 +5,7 @@
   (:mod:`attention.positional`: sinusoidal, learned, RoPE, ALiBi, or none), a pre-LN
   :class:`attention.blocks.Encoder` whose attention is one of four kinds (full, sliding window,
   linear, block-sparse; the kernels of :mod:`attention.efficient` through the ``attn_fn``
-  wrappers of :mod:`book.experiments.ch05`), mean pooling and a linear head. Nothing in it is
+  adapters of :mod:`attention.efficient.adapters`), mean pooling and a linear head. Nothing in it is
   new code: it is the package's parts, assembled.
 - :func:`train_digits`, :func:`train_grid`: the book's one loop
   (:func:`book.experiments.training.fit`) on the training split, accuracy on the whole test
@@ -35,6 +35,7 @@ from torch import nn
 from attention._checks import check_choice, check_positive_int
 from attention.blocks import Encoder
 from attention.dispatch import torch_sdpa
+from attention.efficient.adapters import BigBirdAttnFn, LinearAttnFn, SlidingWindowAttnFn
 from attention.masks import to_additive
 from attention.positional import (
     LearnedPositionalEmbedding,
@@ -44,7 +45,6 @@ from attention.positional import (
 )
 from attention.vision import PatchEmbedding
 from book.data import Digits
-from book.experiments.ch05 import BigBirdAttnFn, LinearAttnFn, SlidingWindowAttnFn
 from book.experiments.training import torch_threads, train_classifier
 from book.progress import progress as progress_bar
 from measure.flops import matmul_flop_counter

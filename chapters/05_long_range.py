@@ -73,9 +73,6 @@ from book.experiments.ch05 import (
     c19_reach_verdict,
     c19_reach_verdict_at_lengths,
     document_vocab_size,
-    fit_power,
-    make_qkv,
-    measure_cost,
     predicted_accuracy,
     reach_after,
     topic_attention,
@@ -91,6 +88,7 @@ from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.training import first_step_below, moving_average, train_classifier
 from book.plotting import plot_attention, plot_heads, plot_lines, reference_line, set_style
 from book.progress import progress
+from measure.cost import fit_power, make_qkv, measure_cost
 
 set_style()
 make_deterministic(0)

@@ -6,10 +6,9 @@
   depends on a topic token near its start and a conclusion token at its very end, with filler
   in between. :func:`attention_maps` reads a trained model's attention weights and
   :func:`topic_attention` summarises how the conclusion spreads its attention.
-- C18, :func:`measure_cost`: the exact bytes an attention call allocates (peak, by
-  :mod:`measure.memory`), its matrix-multiply FLOPs (torch's ``FlopCounterMode``, with
-  the in-place products added: :func:`measure.flops.matmul_flop_counter`) and its
-  median time.
+- C18 measures with :func:`measure.cost.measure_cost` (exact bytes and FLOPs of an attention
+  call, and its median time) and fits exponents with :func:`measure.cost.fit_power`; nothing
+  chapter-specific is needed here.
 - C19: the efficient variants as ``attn_fn`` come from the library
   (:mod:`attention.efficient.adapters`); here, :func:`reach_after` (what a stack of layers
   can see) and the chapter's verdicts on what each pattern learns.
@@ -20,16 +19,13 @@ No attention is implemented here: the chapter calls the package's kernels.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from attention._checks import check_positive_int, check_rank, check_tensor
 from attention.blocks import SequenceClassifier
-from measure.flops import matmul_flop_counter
-from measure.memory import peak_extra_bytes
-from measure.timing import time_forward
 
 Tensor = torch.Tensor
 
@@ -206,84 +202,6 @@ def topic_attention(weights: Tensor, topic_positions: Tensor) -> TopicAttention:
     filler = (last.sum(-1) - topic - own) / (lk - 2)  # (B, H): the other L - 2 keys
     reverse = weights[rows, :, topic_positions, -1]  # (B, H): topic query, conclusion key
     return TopicAttention(topic=topic, filler=filler, own=own, reverse=reverse)
-
-
-# ------------------------------------------------------------------------------------------
-# Cost: bytes, FLOPs, seconds
-# ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Cost:
-    """What :func:`measure_cost` measured for one call at one length.
-
-    ``peak_bytes``: most bytes the call allocated and held at once (output included, inputs
-    not), counted tensor by tensor; ``flops``: matrix-multiply FLOPs (2 per multiply-add) as
-    :func:`measure.flops.matmul_flop_counter` counts them; ``seconds``: median
-    wall-clock time (machine-dependent: show it, never assert it).
-    """
-
-    seq_len: int
-    peak_bytes: int
-    flops: int
-    seconds: float
-
-
-def make_qkv(
-    seq_len: int, *, batch_size: int = 1, num_heads: int = 2, head_dim: int = 32, seed: int = 0
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Random float32 ``q, k, v``, each ``(B, H, L, E)``, from a generator seeded ``seed``."""
-    shape = (
-        check_positive_int("batch_size", batch_size),
-        check_positive_int("num_heads", num_heads),
-        check_positive_int("seq_len", seq_len),
-        check_positive_int("head_dim", head_dim),
-    )
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(shape, generator=g) for _ in range(3))  # (B, H, L, E) each
-
-
-def measure_cost(
-    attn: Callable[[Tensor, Tensor, Tensor], Tensor],
-    seq_len: int,
-    *,
-    batch_size: int = 1,
-    num_heads: int = 2,
-    head_dim: int = 32,
-    repeats: int = 3,
-    timed: bool = True,
-) -> Cost:
-    """Bytes, FLOPs and time of one forward call ``attn(q, k, v)`` without autograd.
-
-    ``q, k, v`` come from :func:`make_qkv`. Memory and FLOPs are counted in separate calls
-    from the timed ones (the counting modes cost Python work per operator). ``timed=False``
-    skips the timing (``seconds`` is then NaN).
-    """
-    if not callable(attn):
-        raise TypeError(f"attn must be callable (q, k, v) -> out, got {type(attn).__name__}")
-    q, k, v = make_qkv(seq_len, batch_size=batch_size, num_heads=num_heads, head_dim=head_dim)
-    with torch.no_grad():
-        peak = peak_extra_bytes(lambda: attn(q, k, v))
-        counter = matmul_flop_counter()  # torch's counter + in-place products (flash)
-        with counter:
-            attn(q, k, v)
-    seconds = time_forward(lambda: attn(q, k, v), repeats=repeats) if timed else math.nan
-    return Cost(seq_len, int(peak), int(counter.get_total_flops()), seconds)
-
-
-def fit_power(lengths: Sequence[int], values: Sequence[float]) -> float:
-    """Least-squares slope of ``log value`` against ``log length``: the exponent ``p`` in
-    ``value ∝ length^p`` (2 for O(n²), 1 for O(n))."""
-    if len(lengths) != len(values) or len(lengths) < 2:
-        raise ValueError(
-            f"need as many values as lengths, at least 2; got {len(lengths)} lengths and "
-            f"{len(values)} values"
-        )
-    if min(lengths) <= 0 or min(values) <= 0:
-        raise ValueError("lengths and values must be > 0 to take logarithms")
-    x = torch.tensor([math.log(n) for n in lengths], dtype=torch.float64)
-    y = torch.tensor([math.log(v) for v in values], dtype=torch.float64)
-    return float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
 
 
 # ------------------------------------------------------------------------------------------

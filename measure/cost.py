@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attention._checks import check_positive_int
+from attention.checks import check_positive_int
 
 from .flops import matmul_flop_counter
 from .memory import peak_extra_bytes

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attention._checks import check_choice, check_positive_int, check_rank, check_tensor
 from attention.blocks import EncoderLayer
+from attention.checks import check_choice, check_positive_int, check_rank, check_tensor
 from attention.positional import (
     LearnedPositionalEmbedding,
     RotaryEmbedding,

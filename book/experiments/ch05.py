@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from attention._checks import check_positive_int, check_rank, check_tensor
 from attention.blocks import SequenceClassifier
+from attention.checks import check_positive_int, check_rank, check_tensor
 
 Tensor = torch.Tensor
 

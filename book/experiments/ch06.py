@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from attention._checks import check_choice, check_positive_int
 from attention.blocks import SequenceClassifier
+from attention.checks import check_choice, check_positive_int
 from attention.decoder import CharDecoder, generate
 from attention.efficient import flash_attention
 from attention.functional import safe_softmax, scaled_dot_product_attention

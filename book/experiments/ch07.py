@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention._checks import check_float, check_positive_int, check_rank, check_tensor
 from attention.blocks import Encoder
+from attention.checks import check_float, check_positive_int, check_rank, check_tensor
 from attention.multimodal import CLIPHead, CrossAttentionBlock, clip_logits
 from attention.timeseries import sliding_windows
 from attention.vision import PatchEmbedding, SwinBlock, VisionTransformer

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attention._checks import check_choice, check_positive_int
 from attention.blocks import FeedForward
+from attention.checks import check_choice, check_positive_int
 from attention.functional import scaled_dot_product_attention
 from attention.heads import MultiHeadAttention
 from attention.positional import RotaryEmbedding

@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention._checks import check_choice, check_positive_int
 from attention.blocks import EncoderLayer
+from attention.checks import check_choice, check_positive_int
 from attention.heads import MultiHeadAttention, merge_heads, split_heads
 from attention.normalizers import NORMALIZERS, normalized_attention
 from book.data import digits

@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention._checks import check_choice, check_positive_int
 from attention.blocks import Encoder
+from attention.checks import check_choice, check_positive_int
 from attention.dispatch import torch_sdpa
 from attention.efficient.adapters import BigBirdAttnFn, LinearAttnFn, SlidingWindowAttnFn
 from attention.masks import to_additive

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from attention._checks import check_positive_int, check_rank, check_tensor
+from attention.checks import check_positive_int, check_rank, check_tensor
 
 Tensor = torch.Tensor
 

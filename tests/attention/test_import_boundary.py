@@ -115,3 +115,70 @@ def test_library_imports_resolves_relative_imports():
 def test_gpu_backends_do_not_import_the_dispatcher_that_picks_them(path):
     # One direction: attention.dispatch imports the GPU backends, never the other way round.
     assert "attention.dispatch" not in library_imports(path)
+
+
+REPO = LIBRARY.parent
+# The library's own tests test its private helpers; nothing else may import them.
+OUTSIDE = sorted(
+    path
+    for pattern in (
+        "book/**/*.py",
+        "measure/**/*.py",
+        "bench/**/*.py",
+        "tests/**/*.py",
+        "chapters/*.py",
+        "solutions/*.py",
+        "exercises/*.py",
+        "docs/**/*.py",
+        "conftest.py",
+    )
+    for path in REPO.glob(pattern)
+    if not path.is_relative_to(REPO / "tests" / "attention")
+)
+
+
+def private_library_imports(source: str) -> set[str]:
+    """Every private part of ``attention`` that ``source`` imports: a module with a component
+    starting with ``_`` (``attention._checks``, ``attention.efficient._threads``), or a
+    ``_name`` imported from ``attention`` or one of its modules."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for module in modules:
+            parts = module.split(".")
+            if parts[0] == "attention" and any(p.startswith("_") for p in parts[1:]):
+                found.add(module)
+    return found
+
+
+def test_the_private_scan_sees_private_modules_and_names():
+    source = (
+        "from attention._checks import check_tensor\nimport attention.efficient._threads\n"
+        "from attention import _checks\nfrom attention.heads import _split\n"
+        "from attention.checks import check_rank\nfrom book.pages.ch08 import _test_input\n"
+    )
+    assert private_library_imports(source) == {
+        "attention._checks",
+        "attention._checks.check_tensor",
+        "attention.efficient._threads",
+        "attention.heads._split",
+    }
+
+
+def test_the_private_scan_covers_the_book_the_benchmark_and_the_notebooks():
+    folders = {path.relative_to(REPO).parts[0] for path in OUTSIDE}
+    assert {"book", "measure", "bench", "tests", "chapters", "solutions"} <= folders
+
+
+@pytest.mark.parametrize("path", OUTSIDE, ids=lambda p: str(p.relative_to(REPO)))
+def test_nothing_outside_the_library_imports_its_private_modules(path):
+    private = private_library_imports(path.read_text(encoding="utf-8"))
+    assert not private, (
+        f"{path.relative_to(REPO)} imports {sorted(private)}: use the public name "
+        "(attention.checks for the argument checks)"
+    )

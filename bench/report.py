@@ -271,22 +271,9 @@ def format_markdown(results: dict) -> str:
 
 # ------------------------------------------------------------------------------------- plot
 
-# The figure's look (matplotlib rcParams); the benchmark draws its own figure, without the book.
-PLOT_STYLE = {
-    "figure.dpi": 100,
-    "savefig.dpi": 150,
-    "savefig.bbox": "tight",
-    "font.size": 10,
-    "axes.titlesize": 11,
-    "axes.labelsize": 10,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "legend.frameon": False,
-    "lines.linewidth": 1.8,
-    "lines.markersize": 5,
-}
+# The figure's look (matplotlib rcParams beyond the defaults): the benchmark draws its own.
+PLOT_STYLE = {"savefig.dpi": 150, "savefig.bbox": "tight", "axes.grid": True, "grid.alpha": 0.3}
+PLOT_STYLE |= {"axes.spines.top": False, "axes.spines.right": False, "legend.frameon": False}
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 

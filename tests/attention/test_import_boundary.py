@@ -5,38 +5,17 @@ numpy, tqdm, IPython), statically or at run time."""
 from __future__ import annotations
 
 import ast
-import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.imports import import_every_module_without, imported_modules, imported_names
+
 LIBRARY = Path(__file__).resolve().parents[2] / "attention"
 FORBIDDEN = ("book", "measure", "bench", "tests", "matplotlib", "numpy", "tqdm", "IPython")
 # Besides the standard library, the library may import torch, and triton in its GPU path.
 ALLOWED_THIRD_PARTY = ("torch", "triton")
-
-
-def imported_modules(source: str) -> set[str]:
-    """Top-level names of every module ``source`` imports (``import``, ``from``, and
-    ``importlib.import_module("...")`` with a literal name); relative imports are skipped."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-        elif (
-            isinstance(node, ast.Call)
-            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-            and not node.args[0].value.startswith(".")
-        ):
-            names.add(node.args[0].value.split(".")[0])
-    return names
 
 
 def test_the_static_scan_sees_every_kind_of_import():
@@ -63,29 +42,9 @@ def test_no_library_file_imports_outside_torch_and_the_standard_library(path):
     assert not names & set(FORBIDDEN)
 
 
-CHILD = """
-import importlib, json, pkgutil, sys
-for name in {forbidden!r}:
-    sys.modules[name] = None  # any import of it now raises ImportError
-import attention
-modules = [m.name for m in pkgutil.walk_packages(attention.__path__, "attention.")]
-for name in modules:
-    importlib.import_module(name)
-print(json.dumps(modules))
-"""
-
-
 @pytest.mark.slow
 def test_every_library_module_imports_with_the_book_and_its_tools_absent():
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", CHILD.format(forbidden=FORBIDDEN)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=LIBRARY.parent,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    modules = json.loads(proc.stdout.strip().splitlines()[-1])
+    modules = import_every_module_without("attention", FORBIDDEN)
     assert "attention.efficient.flash" in modules and "attention.gpu.flex" in modules
 
 
@@ -141,19 +100,11 @@ def private_library_imports(source: str) -> set[str]:
     """Every private part of ``attention`` that ``source`` imports: a module with a component
     starting with ``_`` (``attention._checks``, ``attention.efficient._threads``), or a
     ``_name`` imported from ``attention`` or one of its modules."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            modules = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            modules = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        else:
-            continue
-        for module in modules:
-            parts = module.split(".")
-            if parts[0] == "attention" and any(p.startswith("_") for p in parts[1:]):
-                found.add(module)
-    return found
+    return {
+        name
+        for name in imported_names(source)
+        if name.split(".")[0] == "attention" and any(p.startswith("_") for p in name.split(".")[1:])
+    }
 
 
 def test_the_private_scan_sees_private_modules_and_names():

@@ -7,11 +7,12 @@ What two chapters share lives in a module named by its role (``book.experiments.
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
 import pytest
+
+from tests.imports import imported_names
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
 ROLES = ("experiments", "diagrams", "checks")
@@ -28,22 +29,7 @@ def chapter_imports(source: str) -> set[tuple[str, str]]:
     """(role, chapter number) of every ``book.<role>.chNN`` module ``source`` imports: ``import
     book.experiments.ch05``, ``from book.experiments.ch05 import x``, ``from book.experiments
     import ch05`` and ``importlib.import_module("book.experiments.ch05")``."""
-    modules: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            modules.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            modules.add(node.module)
-            modules.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif (
-            isinstance(node, ast.Call)
-            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-        ):
-            modules.add(node.args[0].value)
-    return {m.groups() for m in map(CHAPTER_MODULE.match, modules) if m}
+    return {m.groups() for m in map(CHAPTER_MODULE.match, imported_names(source)) if m}
 
 
 def test_the_scan_sees_every_form_of_import():

@@ -49,7 +49,7 @@ lab: venv
 
 lint: venv
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check attention book bench tests conftest.py docs
+	$(VENV)/bin/ruff format --check attention book measure bench tests conftest.py docs
 
 test: venv
 	@start=$$(date +%s); \

@@ -8,7 +8,8 @@ Package rules (every public function and module; tests/attention/test_bad_inputs
 
 - **Bad input** raises ``TypeError`` (wrong type or dtype) or ``ValueError`` (wrong shape,
   range, device) whose message names the argument, what it got and what was expected
-  (the helpers of ``attention._checks``); nothing is broadcast or cast silently into a wrong
+  (the helpers of ``attention._checks``; the generic ones are public, for code built on the
+  library, in ``attention.checks``); nothing is broadcast or cast silently into a wrong
   answer. ``scale``, ``dim``, ``generator``, ``device`` and ``dtype=`` arguments are checked
   the same way everywhere: ``scale`` is ``None`` or a finite real; ``dtype=`` of a table, bias
   or slopes must be a floating-point dtype; a mask must be on its inputs' device.

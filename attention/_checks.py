@@ -63,6 +63,7 @@ def check_probability(name: str, value: float) -> float:
 
 
 def check_choice(name: str, value: object, choices: Sequence[object]) -> object:
+    """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
     return value

@@ -39,7 +39,7 @@ from attention.efficient import (
 from attention.efficient.probsparse import n_selected
 from attention.functional import scaled_dot_product_attention
 from attention.masks import block_layout_to_mask, sliding_window_mask
-from book.measure.flops import band_pairs, dense_flops, linear_attention_flops, pair_flops
+from measure.flops import band_pairs, dense_flops, linear_attention_flops, pair_flops
 
 Tensor = torch.Tensor
 AttnFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -142,7 +142,7 @@ QUICK = BenchConfig(
 class Method:
     """One timed method. ``make(n, config)`` returns the function of ``(q, k, v)`` to time,
     with masks and layouts for length ``n`` built in advance; ``flops(n, config)`` its forward
-    FLOPs (see :mod:`book.measure.flops`)."""
+    FLOPs (see :mod:`measure.flops`)."""
 
     name: str
     label: str

@@ -271,6 +271,11 @@ def format_markdown(results: dict) -> str:
 
 # ------------------------------------------------------------------------------------- plot
 
+# The figure's look (matplotlib rcParams beyond the defaults): the benchmark draws its own.
+PLOT_STYLE = {"savefig.dpi": 150, "savefig.bbox": "tight", "axes.grid": True, "grid.alpha": 0.3}
+PLOT_STYLE |= {"axes.spines.top": False, "axes.spines.right": False, "legend.frameon": False}
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
 
 def write_plot(results: dict, path: str | Path) -> None:
     """Time and peak extra memory against n, log-log, forward and forward+backward: a 2 × 2
@@ -280,12 +285,10 @@ def write_plot(results: dict, path: str | Path) -> None:
     import matplotlib.ticker
     from cycler import cycler
 
-    from book.plotting import STYLE, plot_lines
-
     idx = _index(results)
     lengths = results["config"]["lengths"]
     names = list(results["methods"])
-    style = dict(STYLE, **{"axes.prop_cycle": cycler(color=plt.cm.tab20.colors)})
+    style = dict(PLOT_STYLE, **{"axes.prop_cycle": cycler(color=plt.cm.tab20.colors)})
     with matplotlib.rc_context(style):
         fig, axes = plt.subplots(2, 2, figsize=(13, 9))
         for col, mode in enumerate(MODES):
@@ -302,18 +305,14 @@ def write_plot(results: dict, path: str | Path) -> None:
                     for m in names
                 }  # fmt: skip
                 what = "time" if row == 0 else "peak extra memory"
-                plot_lines(
-                    xs,
-                    ys,
-                    f"{MODE_TITLES[mode]}: {what} vs sequence length",
-                    "sequence length n (tokens)",
-                    ylabel,
-                    logx=True,
-                    logy=True,
-                    ax=axes[row, col],
-                )
                 ax = axes[row, col]
-                ax.get_legend().remove()
+                for i, label in enumerate(ys):
+                    ax.plot(xs[label], ys[label], marker=MARKERS[i % len(MARKERS)], label=label)
+                ax.set_xscale("log")
+                ax.set_yscale("log")
+                ax.set_title(f"{MODE_TITLES[mode]}: {what} vs sequence length")
+                ax.set_xlabel("sequence length n (tokens)")
+                ax.set_ylabel(ylabel)
                 ax.set_xticks(lengths, [str(n) for n in lengths])
                 ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         handles, labels = axes[0, 0].get_legend_handles_labels()

@@ -23,8 +23,8 @@ from collections.abc import Callable
 
 import torch
 
-from book.measure.flops import FORWARD_BACKWARD_FACTOR, matmul_rate
-from book.measure.memory import peak_extra_bytes
+from measure.flops import FORWARD_BACKWARD_FACTOR, matmul_rate
+from measure.memory import peak_extra_bytes
 
 from .methods import (
     CASES,

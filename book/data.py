@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attention._checks import check_positive_int
+from attention.checks import check_positive_int
 
 Tensor = torch.Tensor
 

@@ -73,9 +73,9 @@ from book.experiments.gradients import (
 )
 from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.training import fit, moving_average, train_classifier
-from book.measure.timing import time_forward
 from book.plotting import plot_attention, plot_bar_spread, plot_lines, reference_line, set_style
 from book.progress import progress
+from measure.timing import time_forward
 
 set_style()
 make_deterministic(0)

@@ -57,9 +57,9 @@ from book.experiments.ch02 import (
 )
 from book.experiments.seeds import make_deterministic
 from book.experiments.training import first_step_below, moving_average
-from book.measure.timing import min_seconds
 from book.plotting import plot_attention, plot_lines, reference_line, set_style
 from book.progress import progress
+from measure.timing import min_seconds
 
 set_style()
 make_deterministic(0)

@@ -61,14 +61,13 @@ from book.experiments.ch03 import (
     assert_c10_rises_then_falls,
     kv_cache_bytes,
     mha_flops,
-    pair_token_names,
-    pairs_batch,
     train_pairs,
 )
 from book.experiments.seeds import SEEDS, make_deterministic, spread
+from book.experiments.tasks import pair_token_names, pairs_batch
 from book.experiments.training import torch_threads
-from book.measure.timing import min_seconds
 from book.plotting import plot_heads, plot_lines, plot_spread, reference_line, set_style
+from measure.timing import min_seconds
 
 set_style()
 make_deterministic(0)

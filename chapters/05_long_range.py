@@ -49,6 +49,12 @@ from torch import nn
 
 from attention.blocks import Encoder, SequenceClassifier
 from attention.dispatch import torch_sdpa
+from attention.efficient.adapters import (
+    BigBirdAttnFn,
+    LinearAttnFn,
+    MaskedAttnFn,
+    SlidingWindowAttnFn,
+)
 from attention.efficient.flash import flash_attention
 from attention.efficient.linear import linear_attention
 from attention.functional import scaled_dot_product_attention
@@ -58,10 +64,6 @@ from book.diagrams.ch05 import attention_patterns, window_reach_by_depth
 from book.experiments.ch05 import (
     C19_CHANCE_BELOW,
     C19_SOLVED_ABOVE,
-    BigBirdAttnFn,
-    LinearAttnFn,
-    MaskedAttnFn,
-    SlidingWindowAttnFn,
     assert_c16_paths,
     assert_c17_links,
     assert_c19_blind_at_chance,
@@ -71,9 +73,6 @@ from book.experiments.ch05 import (
     c19_reach_verdict,
     c19_reach_verdict_at_lengths,
     document_vocab_size,
-    fit_power,
-    make_qkv,
-    measure_cost,
     predicted_accuracy,
     reach_after,
     topic_attention,
@@ -89,6 +88,7 @@ from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.training import first_step_below, moving_average, train_classifier
 from book.plotting import plot_attention, plot_heads, plot_lines, reference_line, set_style
 from book.progress import progress
+from measure.cost import fit_power, make_qkv, measure_cost
 
 set_style()
 make_deterministic(0)
@@ -606,7 +606,7 @@ record_claim(
 #
 # - the bytes of the weight tensor itself (exact by construction: $B \cdot H \cdot n^2 \cdot 4$);
 # - the **peak** bytes the call holds at once, counted tensor by tensor by the package's
-#   `book.measure.memory` (a dispatch mode that sees every operator; exact and repeatable,
+#   `measure.memory` (a dispatch mode that sees every operator; exact and repeatable,
 #   unlike the process's memory use);
 # - the matrix-multiply FLOPs, counted by torch's `FlopCounterMode` (through the package's
 #   `matmul_flop_counter`, which also counts the in-place products torch's table leaves out);

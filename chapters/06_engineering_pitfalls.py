@@ -594,7 +594,7 @@ ch06.assert_equal_to_package(mine, package)
 # recomputes the tiles from the saved log-sum-exp. From here on we use it.
 #
 # **The measurement.** Exact peak memory of a forward *and backward* pass, counted tensor by
-# tensor (`book.measure.memory.peak_extra_bytes`: deterministic, no allocator noise), for a
+# tensor (`measure.memory.peak_extra_bytes`: deterministic, no allocator noise), for a
 # stack of `LAYERS` attention calls (batch 1, 2 heads, $d_k = 32$), by dense attention, the
 # package's flash attention and dense attention under `torch.utils.checkpoint`, over $n$.
 # Thresholds, from the claim: dense grows like $n^2$ (log–log slope at least 1.8), flash like

@@ -69,11 +69,11 @@ from book.claims import claims_table, record_claim
 from book.data import co2_monthly, digits
 from book.diagrams.ch07 import clip_contrastive, patches_to_tokens, shifted_windows
 from book.experiments import ch07
-from book.experiments.ch05 import fit_power, measure_cost
 from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.training import fit, moving_average
 from book.plotting import plot_bar_spread, plot_lines, plot_spread, reference_line, set_style
 from book.progress import progress
+from measure.cost import fit_power, measure_cost
 
 set_style()
 make_deterministic(0)

@@ -576,7 +576,7 @@ record_claim(
 fig = reach_per_layer()
 
 # %% [markdown]
-# We measure the rest. FLOPs come from torch's FLOP counter (`book.measure.flops`) on one
+# We measure the rest. FLOPs come from torch's FLOP counter (`measure.flops`) on one
 # layer of each kind at width 32 (attention with its four projections; a width-3
 # convolution; an Elman recurrence $h_t = \tanh(W x_t + U h_{t-1})$), at 64 and 128 tokens.
 # The reach is measured too: the number of earlier positions whose input gets a non-zero

@@ -501,7 +501,7 @@ record_claim(
 #
 # Accuracy is one side of the trade. The other is what a training step costs, measured here
 # two ways: the **exact peak memory** of one forward and backward pass on a batch of 32
-# (every tensor allocated, counted by `book.measure.memory`; gradients included, inputs not)
+# (every tensor allocated, counted by `measure.memory`; gradients included, inputs not)
 # and its **wall time** (the fastest of five calls on this shared machine; shown, never
 # asserted). The window and block-sparse models now run their real kernels.
 

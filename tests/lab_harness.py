@@ -29,7 +29,7 @@ STARTUP_SECONDS = 120  # a shared, loaded CI machine
 # What `make lab` and `make check` need in a copy of the book (mtimes kept, so that the .venv
 # stamps stay fresh); the copy's .venv is the repository's.
 COPIED = ["Makefile", "jupytext.toml", "requirements-dev.txt", "pyproject.toml", "chapters",
-          "exercises", "solutions", "book", "attention"]  # fmt: skip
+          "exercises", "solutions", "book", "measure", "attention"]  # fmt: skip
 
 
 def free_port() -> int:

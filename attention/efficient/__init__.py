@@ -9,8 +9,14 @@
 | :func:`block_sparse_attention` | O(active blocks · b²) | ``block_layout_to_mask`` |
 | :func:`linear_attention` | O(n·d²) | a different kernel: φ(q)·φ(k), not softmax |
 | :func:`probsparse_attention` | O(n log n) | dense rows for the top-u queries, mean(V) elsewhere |
+
+The same kernels as ``attn_fn`` for :class:`attention.heads.MultiHeadAttention` and the blocks
+(:mod:`attention.efficient.adapters`): :class:`SlidingWindowAttnFn`, :class:`BigBirdAttnFn`,
+:class:`LinearAttnFn`, each with ``allowed(seq_len)``, its dense mask (``True`` = may attend);
+:class:`MaskedAttnFn`, dense attention under such a mask.
 """
 
+from .adapters import BigBirdAttnFn, LinearAttnFn, MaskedAttnFn, SlidingWindowAttnFn
 from .block_sparse import bigbird_layout, block_sparse_attention
 from .chunked import chunked_attention
 from .flash import flash_attention
@@ -19,6 +25,10 @@ from .probsparse import probsparse_attention
 from .sliding_window import sliding_window_attention
 
 __all__ = [
+    "BigBirdAttnFn",
+    "LinearAttnFn",
+    "MaskedAttnFn",
+    "SlidingWindowAttnFn",
     "LinearAttentionState",
     "bigbird_layout",
     "block_sparse_attention",

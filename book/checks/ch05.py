@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from attention.efficient.linear import linear_attention
 from attention.efficient.sliding_window import sliding_window_attention
 from attention.functional import scaled_dot_product_attention
-from book.measure.flops import band_pairs
+from measure.flops import band_pairs
 
 from . import CheckFailed, expect_close, expect_shape, rand_qkv, register
 from .helpers import check_formula, expect_int, expect_tensor, matches

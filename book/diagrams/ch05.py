@@ -1,8 +1,8 @@
 """Diagrams of chapter 5: which keys a query may see under each remedy, and how far a
 window reaches after several layers.
 
-The masks are the real ones: :meth:`allowed` of the chapter's wrappers
-(:mod:`book.experiments.ch05`), drawn for a short sequence so that every cell shows.
+The masks are the real ones: :meth:`allowed` of the library's adapters
+(:mod:`attention.efficient.adapters`), drawn for a short sequence so that every cell shows.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import torch
 
+from attention.efficient.adapters import BigBirdAttnFn, LinearAttnFn, SlidingWindowAttnFn
 from book.diagrams import caption, grid, new_diagram
-from book.experiments.ch05 import BigBirdAttnFn, LinearAttnFn, SlidingWindowAttnFn
 
 L = 16  # tokens in the drawings
 

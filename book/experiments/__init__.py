@@ -1,1 +1,5 @@
-"""Helpers for the experiments of individual chapters (one module per chapter)."""
+"""The chapters' experiments: one module per chapter (``chNN``), which imports no other
+chapter's, and the modules chapters share, by role: :mod:`~book.experiments.tasks` (synthetic
+tasks), :mod:`~book.experiments.training` (the one training loop),
+:mod:`~book.experiments.seeds` (seeds and spreads) and :mod:`~book.experiments.gradients`
+(gradients against distance)."""

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from attention._checks import check_float, check_positive_int, check_rank, check_tensor
+from attention.checks import check_float, check_positive_int, check_rank, check_tensor
 
 Tensor = torch.Tensor
 

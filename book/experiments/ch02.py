@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention._checks import check_choice, check_positive_int, check_tensor
+from attention.checks import check_choice, check_positive_int, check_tensor
 from attention.functional import safe_softmax, scaled_dot_product_attention
 from book.experiments.training import first_step_below, fit, moving_average
 

@@ -22,7 +22,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attention._checks import (
+from attention.blocks import POSITIONAL_KINDS, SequenceClassifier
+from attention.checks import (
     check_base,
     check_choice,
     check_even,
@@ -31,7 +32,6 @@ from attention._checks import (
     check_rank,
     check_tensor,
 )
-from attention.blocks import POSITIONAL_KINDS, SequenceClassifier
 from attention.masks import padding_mask
 from book.experiments.training import fit
 

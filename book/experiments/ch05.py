@@ -6,36 +6,26 @@
   depends on a topic token near its start and a conclusion token at its very end, with filler
   in between. :func:`attention_maps` reads a trained model's attention weights and
   :func:`topic_attention` summarises how the conclusion spreads its attention.
-- C18, :func:`measure_cost`: the exact bytes an attention call allocates (peak, by
-  :mod:`book.measure.memory`), its matrix-multiply FLOPs (torch's ``FlopCounterMode``, with
-  the in-place products added: :func:`book.measure.flops.matmul_flop_counter`) and its
-  median time.
-- C19, :class:`SlidingWindowAttnFn`, :class:`BigBirdAttnFn`, :class:`LinearAttnFn`: the
-  efficient variants of :mod:`attention.efficient` wrapped as ``attn_fn`` for
-  :class:`attention.blocks.SequenceClassifier`, each able to say which keys a query may see
-  (:meth:`allowed`), so that a chapter can draw a variant's reach and test it against the
-  dense reference.
+- C18 measures with :func:`measure.cost.measure_cost` (exact bytes and FLOPs of an attention
+  call, and its median time) and fits exponents with :func:`measure.cost.fit_power`; nothing
+  chapter-specific is needed here.
+- C19: the efficient variants as ``attn_fn`` come from the library
+  (:mod:`attention.efficient.adapters`); here, :func:`reach_after` (what a stack of layers
+  can see) and the chapter's verdicts on what each pattern learns.
 
-No attention is re-implemented here: the wrappers call the package's kernels.
+No attention is implemented here: the chapter calls the package's kernels.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from attention._checks import check_positive_int, check_rank, check_tensor
 from attention.blocks import SequenceClassifier
-from attention.efficient.block_sparse import bigbird_layout, block_sparse_attention
-from attention.efficient.linear import linear_attention
-from attention.efficient.sliding_window import sliding_window_attention
-from attention.masks import block_layout_to_mask, sliding_window_mask
-from book.measure.flops import matmul_flop_counter
-from book.measure.memory import peak_extra_bytes
-from book.measure.timing import time_forward
+from attention.checks import check_positive_int, check_rank, check_tensor
 
 Tensor = torch.Tensor
 
@@ -212,215 +202,6 @@ def topic_attention(weights: Tensor, topic_positions: Tensor) -> TopicAttention:
     filler = (last.sum(-1) - topic - own) / (lk - 2)  # (B, H): the other L - 2 keys
     reverse = weights[rows, :, topic_positions, -1]  # (B, H): topic query, conclusion key
     return TopicAttention(topic=topic, filler=filler, own=own, reverse=reverse)
-
-
-# ------------------------------------------------------------------------------------------
-# Efficient variants as attn_fn
-# ------------------------------------------------------------------------------------------
-
-
-def _no_mask(name: str, mask: Tensor | None, causal: bool) -> None:
-    """The wrapped kernels take no mask: accept only "no mask" or an all-True padding mask
-    (what ``SequenceClassifier`` passes for sequences without padding)."""
-    if causal:
-        raise ValueError(f"{name} is bidirectional here: expected causal=False, got True")
-    if mask is None:
-        return
-    check_tensor("mask", mask)
-    if mask.dtype != torch.bool:
-        raise TypeError(f"{name} takes no additive mask: expected None or bool, got {mask.dtype}")
-    if not bool(mask.all()):
-        raise ValueError(
-            f"{name} takes no mask: expected None or an all-True mask (no padding), got a mask "
-            f"that hides {int((~mask).sum())} entries"
-        )
-
-
-class SlidingWindowAttnFn:
-    """``attn_fn``: sliding-window attention, query ``i`` sees keys ``i - left .. i + right``,
-    plus Longformer global tokens (``global_positions``; negative values count from the end,
-    ``(-1,)`` makes the last token global). Wraps
-    :func:`attention.efficient.sliding_window.sliding_window_attention`."""
-
-    def __init__(self, left: int, right: int, global_positions: Sequence[int] = ()) -> None:
-        self.left = check_positive_int("left", left, allow_zero=True)
-        self.right = check_positive_int("right", right, allow_zero=True)
-        for p in global_positions:
-            if isinstance(p, bool) or not isinstance(p, int):
-                raise TypeError(f"global_positions must hold ints, got {global_positions!r}")
-        self.global_positions = tuple(global_positions)
-
-    def _globals(self, seq_len: int) -> Tensor | None:
-        if not self.global_positions:
-            return None
-        for p in self.global_positions:
-            if not -seq_len <= p < seq_len:
-                raise ValueError(f"global position {p} is outside a sequence of length {seq_len}")
-        return torch.tensor(sorted({p % seq_len for p in self.global_positions}))  # (G,)
-
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask=None, causal=False) -> Tensor:
-        _no_mask("SlidingWindowAttnFn", mask, causal)
-        g = self._globals(q.shape[-2])
-        return sliding_window_attention(q, k, v, left=self.left, right=self.right, global_tokens=g)
-
-    def allowed(self, seq_len: int) -> Tensor:
-        """The equivalent dense mask ``(L, L)``, bool, ``True`` = may attend."""
-        band = sliding_window_mask(seq_len, left=self.left, right=self.right)  # (L, L)
-        g = self._globals(seq_len)
-        if g is None:
-            return band
-        is_global = torch.zeros(seq_len, dtype=torch.bool)
-        is_global[g] = True
-        return band | is_global[:, None] | is_global[None, :]  # (L, L)
-
-    def __repr__(self) -> str:
-        extra = f", global_positions={self.global_positions}" if self.global_positions else ""
-        return f"SlidingWindowAttnFn(left={self.left}, right={self.right}{extra})"
-
-
-class BigBirdAttnFn:
-    """``attn_fn``: block-sparse attention on a BigBird layout (window, global and random
-    blocks; :func:`attention.efficient.block_sparse.bigbird_layout`). The random blocks are
-    drawn once per number of blocks from a generator seeded with ``seed``, so every call at a
-    given length uses the same layout."""
-
-    def __init__(
-        self, block_size: int, *, n_window: int = 1, n_global: int = 1, n_random: int = 1,
-        seed: int = 0,
-    ) -> None:  # fmt: skip
-        self.block_size = check_positive_int("block_size", block_size)
-        self.n_window = check_positive_int("n_window", n_window, allow_zero=True)
-        self.n_global = check_positive_int("n_global", n_global, allow_zero=True)
-        self.n_random = check_positive_int("n_random", n_random, allow_zero=True)
-        self.seed = seed
-        self._layouts: dict[int, Tensor] = {}
-
-    def layout(self, seq_len: int) -> Tensor:
-        """The block layout ``(n_blocks, n_blocks)`` used at length ``seq_len``."""
-        n_blocks = -(-check_positive_int("seq_len", seq_len) // self.block_size)
-        if n_blocks not in self._layouts:
-            self._layouts[n_blocks] = bigbird_layout(
-                n_blocks,
-                n_window=self.n_window,
-                n_global=self.n_global,
-                n_random=self.n_random,
-                generator=torch.Generator().manual_seed(self.seed),
-            )
-        return self._layouts[n_blocks]
-
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask=None, causal=False) -> Tensor:
-        _no_mask("BigBirdAttnFn", mask, causal)
-        layout = self.layout(q.shape[-2]).to(q.device)
-        return block_sparse_attention(q, k, v, layout, block_size=self.block_size)
-
-    def allowed(self, seq_len: int) -> Tensor:
-        """The equivalent dense mask ``(L, L)``, bool, ``True`` = may attend."""
-        return block_layout_to_mask(self.layout(seq_len), self.block_size, seq_len, seq_len)
-
-    def __repr__(self) -> str:
-        return (
-            f"BigBirdAttnFn(block_size={self.block_size}, n_window={self.n_window}, "
-            f"n_global={self.n_global}, n_random={self.n_random})"
-        )
-
-
-class LinearAttnFn:
-    """``attn_fn``: kernelised linear attention with ``φ(x) = elu(x) + 1``, non-causal
-    (:func:`attention.efficient.linear.linear_attention`). Every query sees every key, but
-    through a feature map instead of a softmax: the weights ``φ(q)·φ(k) / Σ_j φ(q)·φ(k_j)``
-    form a matrix of rank at most the head width."""
-
-    def __init__(self, eps: float = 1e-6) -> None:
-        self.eps = float(eps)
-
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask=None, causal=False) -> Tensor:
-        _no_mask("LinearAttnFn", mask, causal)
-        return linear_attention(q, k, v, causal=False, eps=self.eps)
-
-    def allowed(self, seq_len: int) -> Tensor:
-        """Every key is reachable: ``(L, L)`` all ``True``."""
-        return torch.ones(check_positive_int("seq_len", seq_len), seq_len, dtype=torch.bool)
-
-    def __repr__(self) -> str:
-        return "LinearAttnFn()"
-
-
-# ------------------------------------------------------------------------------------------
-# Cost: bytes, FLOPs, seconds
-# ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Cost:
-    """What :func:`measure_cost` measured for one call at one length.
-
-    ``peak_bytes``: most bytes the call allocated and held at once (output included, inputs
-    not), counted tensor by tensor; ``flops``: matrix-multiply FLOPs (2 per multiply-add) as
-    :func:`book.measure.flops.matmul_flop_counter` counts them; ``seconds``: median
-    wall-clock time (machine-dependent: show it, never assert it).
-    """
-
-    seq_len: int
-    peak_bytes: int
-    flops: int
-    seconds: float
-
-
-def make_qkv(
-    seq_len: int, *, batch_size: int = 1, num_heads: int = 2, head_dim: int = 32, seed: int = 0
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Random float32 ``q, k, v``, each ``(B, H, L, E)``, from a generator seeded ``seed``."""
-    shape = (
-        check_positive_int("batch_size", batch_size),
-        check_positive_int("num_heads", num_heads),
-        check_positive_int("seq_len", seq_len),
-        check_positive_int("head_dim", head_dim),
-    )
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(shape, generator=g) for _ in range(3))  # (B, H, L, E) each
-
-
-def measure_cost(
-    attn: Callable[[Tensor, Tensor, Tensor], Tensor],
-    seq_len: int,
-    *,
-    batch_size: int = 1,
-    num_heads: int = 2,
-    head_dim: int = 32,
-    repeats: int = 3,
-    timed: bool = True,
-) -> Cost:
-    """Bytes, FLOPs and time of one forward call ``attn(q, k, v)`` without autograd.
-
-    ``q, k, v`` come from :func:`make_qkv`. Memory and FLOPs are counted in separate calls
-    from the timed ones (the counting modes cost Python work per operator). ``timed=False``
-    skips the timing (``seconds`` is then NaN).
-    """
-    if not callable(attn):
-        raise TypeError(f"attn must be callable (q, k, v) -> out, got {type(attn).__name__}")
-    q, k, v = make_qkv(seq_len, batch_size=batch_size, num_heads=num_heads, head_dim=head_dim)
-    with torch.no_grad():
-        peak = peak_extra_bytes(lambda: attn(q, k, v))
-        counter = matmul_flop_counter()  # torch's counter + in-place products (flash)
-        with counter:
-            attn(q, k, v)
-    seconds = time_forward(lambda: attn(q, k, v), repeats=repeats) if timed else math.nan
-    return Cost(seq_len, int(peak), int(counter.get_total_flops()), seconds)
-
-
-def fit_power(lengths: Sequence[int], values: Sequence[float]) -> float:
-    """Least-squares slope of ``log value`` against ``log length``: the exponent ``p`` in
-    ``value ∝ length^p`` (2 for O(n²), 1 for O(n))."""
-    if len(lengths) != len(values) or len(lengths) < 2:
-        raise ValueError(
-            f"need as many values as lengths, at least 2; got {len(lengths)} lengths and "
-            f"{len(values)} values"
-        )
-    if min(lengths) <= 0 or min(values) <= 0:
-        raise ValueError("lengths and values must be > 0 to take logarithms")
-    x = torch.tensor([math.log(n) for n in lengths], dtype=torch.float64)
-    y = torch.tensor([math.log(v) for v in values], dtype=torch.float64)
-    return float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
 
 
 # ------------------------------------------------------------------------------------------
@@ -606,37 +387,6 @@ def assert_c19_linear_learns_slower(
     assert max(linear_accuracy) > C19_SOLVED_ABOVE, (
         f"no linear seed learned the task: {list(linear_accuracy)} (a ceiling, not speed)"
     )
-
-
-class MaskedAttnFn:
-    """``attn_fn``: dense attention (torch's fused kernel) restricted by another variant's
-    may-attend mask, ``variant.allowed(L)``. It computes the same function as the variant's own
-    kernel (``tests/book/test_experiments_ch05.py`` checks the kernels against exactly this),
-    at dense cost: for experiments about *what a pattern can learn*, where the efficient
-    kernel's Python loops would only slow training down. Costs are measured on the kernels."""
-
-    def __init__(self, variant) -> None:
-        if not callable(getattr(variant, "allowed", None)):
-            raise TypeError(
-                f"variant must have an allowed(seq_len) method, got {type(variant).__name__}"
-            )
-        self.variant = variant
-        self._masks: dict[int, Tensor] = {}
-
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask=None, causal=False) -> Tensor:
-        _no_mask("MaskedAttnFn", mask, causal)
-        n = q.shape[-2]
-        if n not in self._masks:
-            self._masks[n] = self.variant.allowed(n)  # (L, L)
-        allowed = self._masks[n].to(q.device)
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-
-    def allowed(self, seq_len: int) -> Tensor:
-        """The variant's mask ``(L, L)``, bool, ``True`` = may attend."""
-        return self.variant.allowed(seq_len)
-
-    def __repr__(self) -> str:
-        return f"MaskedAttnFn({self.variant!r})"
 
 
 def c19_global_verdict(accuracies: dict[str, Sequence[float]], predicted: dict[str, float]) -> str:

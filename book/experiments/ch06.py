@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from attention._checks import check_choice, check_positive_int
 from attention.blocks import SequenceClassifier
+from attention.checks import check_choice, check_positive_int
 from attention.decoder import CharDecoder, generate
 from attention.efficient import flash_attention
 from attention.functional import safe_softmax, scaled_dot_product_attention
@@ -40,8 +40,8 @@ from attention.heads import MultiHeadAttention
 from attention.masks import causal_mask
 from book.data import CharVocab, char_windows, pydoc_text
 from book.experiments.training import fit, torch_threads
-from book.measure.memory import peak_extra_bytes
-from book.measure.timing import min_seconds
+from measure.memory import peak_extra_bytes
+from measure.timing import min_seconds
 
 Tensor = torch.Tensor
 
@@ -730,7 +730,7 @@ def qkv(n: int, *, seed: int = 0, b: int = 1, h: int = 2, e: int = 32):
 
 def peak_memory(method: str, n: int, *, layers: int) -> int:
     """Exact peak bytes of a forward and backward pass through :func:`stack_attention`
-    (gradients of q, k, v included), by :func:`book.measure.memory.peak_extra_bytes`."""
+    (gradients of q, k, v included), by :func:`measure.memory.peak_extra_bytes`."""
     q, k, v = qkv(n)
 
     def run():

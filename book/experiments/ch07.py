@@ -33,15 +33,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention._checks import check_float, check_positive_int, check_rank, check_tensor
 from attention.blocks import Encoder
+from attention.checks import check_float, check_positive_int, check_rank, check_tensor
 from attention.multimodal import CLIPHead, CrossAttentionBlock, clip_logits
 from attention.timeseries import sliding_windows
 from attention.vision import PatchEmbedding, SwinBlock, VisionTransformer
 from book.experiments.training import fit, torch_threads
-from book.measure.flops import matmul_flop_counter
-from book.measure.memory import peak_extra_bytes
-from book.measure.timing import time_forward
+from measure.flops import matmul_flop_counter
+from measure.memory import peak_extra_bytes
+from measure.timing import time_forward
 
 Tensor = torch.Tensor
 
@@ -74,7 +74,7 @@ def patchify(images: Tensor, patch_size: int) -> Tensor:
 class Cost:
     """One forward call measured: ``tokens`` attended over, matrix-multiply (and convolution)
     ``flops`` counted by torch's FLOP counter, ``peak_bytes`` allocated at once (inputs
-    excluded, :func:`book.measure.memory.peak_extra_bytes`) and the median ``seconds``
+    excluded, :func:`measure.memory.peak_extra_bytes`) and the median ``seconds``
     (machine-dependent: shown, never asserted)."""
 
     tokens: int

@@ -7,7 +7,7 @@
   parameter (parameter names as :class:`attention.heads.MultiHeadAttention`, so the two load
   each other's ``state_dict``); with the correct layout it *is* the package's layer.
 - C28, :func:`train_layout`: the two-relation task of chapter 3 (previous token and partner,
-  :func:`book.experiments.ch03.pairs_batch`) learnt by a one-layer model with each layout.
+  :func:`book.experiments.tasks.pairs_batch`) learnt by a one-layer model with each layout.
 - The tests of a hand-written module (:data:`TESTS`): the article's three (shape, causal
   mask, non-zero gradients) and the ones that catch a wrong layout (comparison with
   ``nn.MultiheadAttention`` given the same weights, per-head independence, permutation
@@ -26,19 +26,19 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attention._checks import check_choice, check_positive_int
 from attention.blocks import FeedForward
+from attention.checks import check_choice, check_positive_int
 from attention.functional import scaled_dot_product_attention
 from attention.heads import MultiHeadAttention
 from attention.positional import RotaryEmbedding
-from book.experiments.ch03 import (
+from book.experiments.seeds import Spread, spread
+from book.experiments.tasks import (
     RELATIONS,
     pairs_batch,
     pairs_loss,
     pairs_vocab_size,
     relation_accuracy,
 )
-from book.experiments.seeds import Spread, spread
 from book.experiments.training import fit, torch_threads
 from book.pages.ch08 import (
     TEST_SHAPE,

@@ -31,14 +31,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention._checks import check_choice, check_positive_int
 from attention.blocks import EncoderLayer
+from attention.checks import check_choice, check_positive_int
 from attention.heads import MultiHeadAttention, merge_heads, split_heads
 from attention.normalizers import NORMALIZERS, normalized_attention
 from book.data import digits
 from book.experiments.seeds import spread
 from book.experiments.training import fit, linear_warmup, torch_threads
-from book.measure.flops import matmul_flop_counter
+from measure.flops import matmul_flop_counter
 
 Tensor = torch.Tensor
 

@@ -5,13 +5,13 @@
   (:mod:`attention.positional`: sinusoidal, learned, RoPE, ALiBi, or none), a pre-LN
   :class:`attention.blocks.Encoder` whose attention is one of four kinds (full, sliding window,
   linear, block-sparse; the kernels of :mod:`attention.efficient` through the ``attn_fn``
-  wrappers of :mod:`book.experiments.ch05`), mean pooling and a linear head. Nothing in it is
+  adapters of :mod:`attention.efficient.adapters`), mean pooling and a linear head. Nothing in it is
   new code: it is the package's parts, assembled.
 - :func:`train_digits`, :func:`train_grid`: the book's one loop
   (:func:`book.experiments.training.fit`) on the training split, accuracy on the whole test
   split, seeds as everywhere in the book.
   :func:`pixel_baseline` builds the models without attention that the chapter compares with.
-- :func:`training_step_cost`, :func:`encoder_cost`: exact peak bytes (:mod:`book.measure.memory`)
+- :func:`training_step_cost`, :func:`encoder_cost`: exact peak bytes (:mod:`measure.memory`)
   and the fastest wall time of one forward + backward; :func:`encoder_flops` counts an encoder's
   matrix-multiply FLOPs exactly, split into the part that grows with ``n²``.
 - :data:`GUIDE`, :func:`decision_guide`: the chapter's decision guide, each row tied to the
@@ -32,9 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention._checks import check_choice, check_positive_int
 from attention.blocks import Encoder
+from attention.checks import check_choice, check_positive_int
 from attention.dispatch import torch_sdpa
+from attention.efficient.adapters import BigBirdAttnFn, LinearAttnFn, SlidingWindowAttnFn
 from attention.masks import to_additive
 from attention.positional import (
     LearnedPositionalEmbedding,
@@ -44,12 +45,11 @@ from attention.positional import (
 )
 from attention.vision import PatchEmbedding
 from book.data import Digits
-from book.experiments.ch05 import BigBirdAttnFn, LinearAttnFn, SlidingWindowAttnFn
 from book.experiments.training import torch_threads, train_classifier
-from book.measure.flops import matmul_flop_counter
-from book.measure.memory import peak_extra_bytes
-from book.measure.timing import min_seconds
 from book.progress import progress as progress_bar
+from measure.flops import matmul_flop_counter
+from measure.memory import peak_extra_bytes
+from measure.timing import min_seconds
 
 Tensor = torch.Tensor
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attention._checks import check_float, check_positive_int, check_rank, check_tensor
+from attention.checks import check_float, check_positive_int, check_rank, check_tensor
 
 Tensor = torch.Tensor
 

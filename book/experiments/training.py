@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention._checks import check_choice, check_positive_int
+from attention.checks import check_choice, check_positive_int
 from book.progress import progress as progress_bar
 
 Tensor = torch.Tensor

@@ -286,3 +286,20 @@ def test_check_mask_refuses_nan_and_pos_inf_but_keeps_neg_inf():
     m[1, 2] = float("nan")
     with pytest.raises(ValueError, match=r"got 1 NaN and 0 \+inf entries"):
         check_mask(m, (1, 1, 2, 3))
+
+
+def test_the_public_checks_are_the_librarys_own_and_documented():
+    import attention._checks as private
+    import attention.checks as public
+
+    assert public.__all__ == sorted(public.__all__) and len(public.__all__) >= 5
+    for name in public.__all__:
+        helper = getattr(public, name)
+        assert helper is getattr(private, name)  # one definition, used by the library itself
+        assert helper.__doc__, f"attention.checks.{name} has no docstring"
+        assert f":func:`{name}`" in public.__doc__  # listed in the module's table
+    assert public.check_positive_int("n", 3) == 3
+    with pytest.raises(TypeError, match="n must be an int, got bool"):
+        public.check_positive_int("n", True)
+    with pytest.raises(ValueError, match=r"mode must be one of \['a', 'b'\], got 'c'"):
+        public.check_choice("mode", "c", ("a", "b"))

@@ -1,42 +1,21 @@
 """The library stays torch-only: nothing under ``attention/`` imports the book's machinery
-(``book``, ``bench``, ``tests``) or the book's third-party tools (matplotlib, numpy, tqdm,
-IPython), statically or at run time."""
+(``book``, ``measure``, ``bench``, ``tests``) or the book's third-party tools (matplotlib,
+numpy, tqdm, IPython), statically or at run time."""
 
 from __future__ import annotations
 
 import ast
-import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.imports import import_every_module_without, imported_modules, imported_names
+
 LIBRARY = Path(__file__).resolve().parents[2] / "attention"
-FORBIDDEN = ("book", "bench", "tests", "matplotlib", "numpy", "tqdm", "IPython")
+FORBIDDEN = ("book", "measure", "bench", "tests", "matplotlib", "numpy", "tqdm", "IPython")
 # Besides the standard library, the library may import torch, and triton in its GPU path.
 ALLOWED_THIRD_PARTY = ("torch", "triton")
-
-
-def imported_modules(source: str) -> set[str]:
-    """Top-level names of every module ``source`` imports (``import``, ``from``, and
-    ``importlib.import_module("...")`` with a literal name); relative imports are skipped."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-        elif (
-            isinstance(node, ast.Call)
-            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-            and not node.args[0].value.startswith(".")
-        ):
-            names.add(node.args[0].value.split(".")[0])
-    return names
 
 
 def test_the_static_scan_sees_every_kind_of_import():
@@ -63,29 +42,9 @@ def test_no_library_file_imports_outside_torch_and_the_standard_library(path):
     assert not names & set(FORBIDDEN)
 
 
-CHILD = """
-import importlib, json, pkgutil, sys
-for name in {forbidden!r}:
-    sys.modules[name] = None  # any import of it now raises ImportError
-import attention
-modules = [m.name for m in pkgutil.walk_packages(attention.__path__, "attention.")]
-for name in modules:
-    importlib.import_module(name)
-print(json.dumps(modules))
-"""
-
-
 @pytest.mark.slow
 def test_every_library_module_imports_with_the_book_and_its_tools_absent():
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", CHILD.format(forbidden=FORBIDDEN)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=LIBRARY.parent,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    modules = json.loads(proc.stdout.strip().splitlines()[-1])
+    modules = import_every_module_without("attention", FORBIDDEN)
     assert "attention.efficient.flash" in modules and "attention.gpu.flex" in modules
 
 
@@ -115,3 +74,62 @@ def test_library_imports_resolves_relative_imports():
 def test_gpu_backends_do_not_import_the_dispatcher_that_picks_them(path):
     # One direction: attention.dispatch imports the GPU backends, never the other way round.
     assert "attention.dispatch" not in library_imports(path)
+
+
+REPO = LIBRARY.parent
+# The library's own tests test its private helpers; nothing else may import them.
+OUTSIDE = sorted(
+    path
+    for pattern in (
+        "book/**/*.py",
+        "measure/**/*.py",
+        "bench/**/*.py",
+        "tests/**/*.py",
+        "chapters/*.py",
+        "solutions/*.py",
+        "exercises/*.py",
+        "docs/**/*.py",
+        "conftest.py",
+    )
+    for path in REPO.glob(pattern)
+    if not path.is_relative_to(REPO / "tests" / "attention")
+)
+
+
+def private_library_imports(source: str) -> set[str]:
+    """Every private part of ``attention`` that ``source`` imports: a module with a component
+    starting with ``_`` (``attention._checks``, ``attention.efficient._threads``), or a
+    ``_name`` imported from ``attention`` or one of its modules."""
+    return {
+        name
+        for name in imported_names(source)
+        if name.split(".")[0] == "attention" and any(p.startswith("_") for p in name.split(".")[1:])
+    }
+
+
+def test_the_private_scan_sees_private_modules_and_names():
+    source = (
+        "from attention._checks import check_tensor\nimport attention.efficient._threads\n"
+        "from attention import _checks\nfrom attention.heads import _split\n"
+        "from attention.checks import check_rank\nfrom book.pages.ch08 import _test_input\n"
+    )
+    assert private_library_imports(source) == {
+        "attention._checks",
+        "attention._checks.check_tensor",
+        "attention.efficient._threads",
+        "attention.heads._split",
+    }
+
+
+def test_the_private_scan_covers_the_book_the_benchmark_and_the_notebooks():
+    folders = {path.relative_to(REPO).parts[0] for path in OUTSIDE}
+    assert {"book", "measure", "bench", "tests", "chapters", "solutions"} <= folders
+
+
+@pytest.mark.parametrize("path", OUTSIDE, ids=lambda p: str(p.relative_to(REPO)))
+def test_nothing_outside_the_library_imports_its_private_modules(path):
+    private = private_library_imports(path.read_text(encoding="utf-8"))
+    assert not private, (
+        f"{path.relative_to(REPO)} imports {sorted(private)}: use the public name "
+        "(attention.checks for the argument checks)"
+    )

@@ -1,5 +1,5 @@
 """Tests of the benchmark ``python -m bench``: the quick run end to end, its JSON, the paired
-timing and the target logic. (Its measurement tools are tested in tests/book/test_measure_*.)"""
+timing and the target logic. (Its measurement tools are tested in tests/measure/.)"""
 
 from __future__ import annotations
 

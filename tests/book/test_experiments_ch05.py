@@ -1,6 +1,6 @@
 """book.experiments.ch05 against independent references: per-row loops over the generated
-documents, the dense reference attention under each wrapper's mask, the float64 formula of
-linear attention, a manual forward pass for the attention maps, and known byte/FLOP counts."""
+documents, and a manual forward pass for the attention maps. (The
+attn_fn adapters the chapter trains are the library's: tests/attention/test_adapters.py.)"""
 
 from __future__ import annotations
 
@@ -8,19 +8,12 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attention.blocks import SequenceClassifier
-from attention.efficient.flash import flash_attention
-from attention.functional import scaled_dot_product_attention
-from attention.masks import padding_mask
+from attention.efficient.adapters import SlidingWindowAttnFn
 from book.experiments.ch05 import (
-    BigBirdAttnFn,
-    LinearAttnFn,
-    MaskedAttnFn,
-    SlidingWindowAttnFn,
     assert_c16_paths,
     assert_c17_links,
     assert_c19_blind_at_chance,
@@ -31,15 +24,11 @@ from book.experiments.ch05 import (
     c19_reach_verdict,
     c19_reach_verdict_at_lengths,
     document_vocab_size,
-    fit_power,
-    make_qkv,
-    measure_cost,
     predicted_accuracy,
     reach_after,
     topic_attention,
     topic_documents,
 )
-from tests.reference import naive_attention_float64
 
 FAST = settings(max_examples=25, deadline=None)
 SMALL = dict(d_model=8, num_heads=2, num_layers=1, d_ff=16, max_len=24)  # a tiny classifier
@@ -112,105 +101,6 @@ def test_topic_span_is_respected():
 def test_documents_reject_bad_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):
         topic_documents(**kwargs)
-
-
-# ------------------------------------------------------------------------------------------
-# attn_fn wrappers: equal to the dense reference under their own mask
-# ------------------------------------------------------------------------------------------
-
-
-@FAST
-@given(
-    seq_len=st.integers(1, 48),
-    left=st.integers(0, 10),
-    right=st.integers(0, 10),
-    globals_=st.lists(st.integers(-48, 47), max_size=3),
-    seed=st.integers(0, 1000),
-)
-def test_window_attention_matches_dense_with_its_mask(seq_len, left, right, globals_, seed):
-    globals_ = [g for g in globals_ if -seq_len <= g < seq_len]
-    attn = SlidingWindowAttnFn(left, right, global_positions=globals_)
-    q, k, v = make_qkv(seq_len, batch_size=2, num_heads=2, head_dim=4, seed=seed)
-    allowed = attn.allowed(seq_len)  # (L, L)
-    # Independent reference for the mask: the rule written out element by element.
-    glob = {g % seq_len for g in globals_}
-    for i in range(seq_len):
-        for j in range(seq_len):
-            want = (i - left <= j <= i + right) or i in glob or j in glob
-            assert bool(allowed[i, j]) == want
-    want = naive_attention_float64(q, k, v, allowed)
-    torch.testing.assert_close(attn(q, k, v).double(), want, atol=1e-5, rtol=1e-4)
-
-
-@FAST
-@given(
-    seq_len=st.integers(1, 70),
-    block=st.sampled_from([1, 4, 8]),
-    n_random=st.integers(0, 2),
-    seed=st.integers(0, 1000),
-)
-def test_bigbird_attention_matches_dense_with_its_mask(seq_len, block, n_random, seed):
-    attn = BigBirdAttnFn(block, n_window=1, n_global=1, n_random=n_random, seed=seed)
-    q, k, v = make_qkv(seq_len, batch_size=1, num_heads=2, head_dim=4, seed=seed)
-    allowed = attn.allowed(seq_len)  # (L, L)
-    layout = attn.layout(seq_len)
-    for i in range(seq_len):  # the mask is the layout, expanded block by block
-        for j in range(seq_len):
-            assert bool(allowed[i, j]) == bool(layout[i // block, j // block])
-    want = naive_attention_float64(q, k, v, allowed)
-    torch.testing.assert_close(attn(q, k, v).double(), want, atol=1e-5, rtol=1e-4)
-
-
-def test_bigbird_layout_is_fixed_per_length():
-    attn = BigBirdAttnFn(4, n_random=2, seed=5)
-    assert torch.equal(attn.layout(40), BigBirdAttnFn(4, n_random=2, seed=5).layout(40))
-    assert attn.layout(40) is attn.layout(37)  # same number of blocks: the same layout
-
-
-def test_linear_attention_matches_the_float64_formula():
-    attn = LinearAttnFn()
-    q, k, v = make_qkv(17, batch_size=2, num_heads=3, head_dim=5, seed=4)
-    phi_q, phi_k = (F.elu(t.double()) + 1 for t in (q, k))  # (B, H, L, E)
-    kernel = phi_q @ phi_k.transpose(-2, -1)  # (B, H, L, L)
-    want = (kernel / kernel.sum(-1, keepdim=True)) @ v.double()
-    torch.testing.assert_close(attn(q, k, v).double(), want, atol=1e-5, rtol=1e-4)
-    assert bool(attn.allowed(6).all())
-
-
-@pytest.mark.parametrize(
-    "attn", [SlidingWindowAttnFn(2, 2), BigBirdAttnFn(4), LinearAttnFn()], ids=repr
-)
-def test_wrappers_accept_an_all_true_padding_mask_and_refuse_others(attn):
-    q, k, v = make_qkv(8, batch_size=2, num_heads=1, head_dim=4)
-    full = padding_mask(torch.tensor([8, 8]), 8)  # (B, 1, 1, L), all True
-    torch.testing.assert_close(attn(q, k, v, mask=full), attn(q, k, v))
-    with pytest.raises(ValueError, match="hides 2 entries"):
-        attn(q, k, v, mask=padding_mask(torch.tensor([8, 6]), 8))
-    with pytest.raises(TypeError, match="additive"):
-        attn(q, k, v, mask=torch.zeros(8, 8))
-    with pytest.raises(ValueError, match="causal"):
-        attn(q, k, v, causal=True)
-
-
-def test_wrappers_reject_bad_arguments():
-    with pytest.raises(ValueError, match="left"):
-        SlidingWindowAttnFn(-1, 2)
-    with pytest.raises(TypeError, match="global_positions"):
-        SlidingWindowAttnFn(1, 1, global_positions=(0.5,))
-    with pytest.raises(ValueError, match="outside"):
-        SlidingWindowAttnFn(1, 1, global_positions=(9,)).allowed(4)
-    with pytest.raises(ValueError, match="block_size"):
-        BigBirdAttnFn(0)
-
-
-def test_wrappers_train_inside_a_classifier():
-    """Gradients reach every parameter through each kernel (the chapter trains with them)."""
-    tokens = topic_documents(3, 24, generator=_gen(2)).tokens
-    for fn in (SlidingWindowAttnFn(3, 3, (-1,)), BigBirdAttnFn(4)):
-        torch.manual_seed(0)
-        model = SequenceClassifier(36, 2, **SMALL, positional="none", attn_fn=fn)
-        model(tokens).sum().backward()
-        assert all(p.grad is not None for p in model.parameters())
 
 
 # ------------------------------------------------------------------------------------------
@@ -302,67 +192,6 @@ def test_topic_attention_rejects_bad_inputs():
 
 
 # ------------------------------------------------------------------------------------------
-# Cost
-# ------------------------------------------------------------------------------------------
-
-
-def test_measure_cost_of_dense_attention_is_exact():
-    n, h, e = 64, 2, 8
-    cost = measure_cost(scaled_dot_product_attention, n, num_heads=h, head_dim=e, timed=False)
-    assert cost.flops == 4 * h * n * n * e  # QKᵀ and AV, 2 FLOPs per multiply-add
-    weights_bytes = h * n * n * 4
-    assert 2 * weights_bytes < cost.peak_bytes < 4 * weights_bytes  # ≈ 3 score-sized tensors
-    assert math.isnan(cost.seconds)
-    doubled = measure_cost(
-        scaled_dot_product_attention, 2 * n, num_heads=h, head_dim=e, timed=False
-    )
-    assert doubled.flops == 4 * cost.flops
-
-
-def test_measure_cost_counts_the_flash_loop_like_dense_attention():
-    # Several tiles: the loop accumulates with in-place products, which must be counted too.
-    n, h, e = 200, 2, 8
-    tiled = measure_cost(
-        lambda q, k, v: flash_attention(q, k, v, block_q=64, block_k=64),
-        n,
-        num_heads=h,
-        head_dim=e,
-        timed=False,
-    )
-    assert tiled.flops == 4 * h * n * n * e
-
-
-def test_measure_cost_counts_only_what_the_call_allocates():
-    n, e = 32, 8
-
-    def alloc(q, k, v):
-        return torch.empty(1000, dtype=torch.float64)  # exactly 8000 bytes, nothing else
-
-    cost = measure_cost(alloc, n, head_dim=e, timed=False)
-    assert cost.peak_bytes == 8000 and cost.flops == 0
-    timed = measure_cost(alloc, n, head_dim=e, repeats=2)
-    assert timed.seconds >= 0.0
-    with pytest.raises(TypeError, match="attn"):
-        measure_cost("dense", n)
-
-
-def test_make_qkv_is_reproducible():
-    a, b = make_qkv(5, seed=1), make_qkv(5, seed=1)
-    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
-    assert a[0].shape == (1, 2, 5, 32)
-
-
-def test_fit_power_recovers_exponents():
-    lengths = [16, 32, 64, 128]
-    assert math.isclose(fit_power(lengths, [3 * n**2 for n in lengths]), 2.0, abs_tol=1e-9)
-    assert math.isclose(fit_power(lengths, [5.0 / n for n in lengths]), -1.0, abs_tol=1e-9)
-    with pytest.raises(ValueError, match="at least 2"):
-        fit_power([4], [1.0])
-    with pytest.raises(ValueError, match="> 0"):
-        fit_power([4, 8], [0.0, 1.0])
-
-
-# ------------------------------------------------------------------------------------------
 # Reach after depth, the masked wrapper, and the asserting functions (each must be able to fail)
 # ------------------------------------------------------------------------------------------
 
@@ -387,17 +216,6 @@ def test_predicted_accuracy_is_half_plus_half_the_reached_share():
     assert predicted_accuracy(torch.zeros(6, dtype=torch.bool), 4) == 0.5
     with pytest.raises(ValueError, match="reach_row must be"):
         predicted_accuracy(row, 7)
-
-
-@pytest.mark.parametrize("variant", [SlidingWindowAttnFn(3, 1, global_positions=(4,)),
-                                     BigBirdAttnFn(4, n_random=1)])  # fmt: skip
-def test_masked_attn_fn_equals_the_variants_own_kernel(variant):
-    q, k, v = (torch.randn(1, 2, 16, 8, generator=_gen(i)) for i in range(3))
-    torch.testing.assert_close(MaskedAttnFn(variant)(q, k, v), variant(q, k, v), atol=1e-5,
-                               rtol=1e-5)  # fmt: skip
-    assert torch.equal(MaskedAttnFn(variant).allowed(16), variant.allowed(16))
-    with pytest.raises(TypeError, match="allowed"):
-        MaskedAttnFn(lambda q, k, v: q)
 
 
 def test_c16_assert_fails_on_counter_examples():

@@ -1,4 +1,4 @@
-"""book.measure.timing: the chapters' timers and the one-thread context."""
+"""measure.timing: the chapters' timers and the one-thread context."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from book.measure.timing import min_seconds, time_forward
+from measure.timing import min_seconds, time_forward
 
 
 def test_time_forward_runs_warmup_plus_repeats_without_autograd():

@@ -1,4 +1,4 @@
-"""book.measure.memory: peak extra memory counted tensor by tensor, against known allocations
+"""measure.memory: peak extra memory counted tensor by tensor, against known allocations
 and a simulation."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attention.functional import scaled_dot_product_attention
-from book.measure.memory import PeakMemory, peak_extra_bytes
+from measure.memory import PeakMemory, peak_extra_bytes
 
 
 def test_peak_memory_of_known_allocations():

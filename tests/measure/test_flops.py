@@ -1,4 +1,4 @@
-"""book.measure.flops: the FLOP formulas against torch's own FlopCounterMode, and the counter
+"""measure.flops: the FLOP formulas against torch's own FlopCounterMode, and the counter
 that also sees in-place products (the flash loop's)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from attention.efficient.flash import flash_attention
 from attention.functional import scaled_dot_product_attention
 from attention.masks import sliding_window_mask
-from book.measure.flops import (
+from measure.flops import (
     FORWARD_BACKWARD_FACTOR,
     band_pairs,
     dense_flops,

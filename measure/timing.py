@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from attention._checks import check_positive_int
+from attention.checks import check_positive_int
 
 
 def time_forward(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:

@@ -1,4 +1,4 @@
-"""A time a chapter shows comes from book.measure.timing: the fastest of several calls.
+"""A time a chapter shows comes from measure.timing: the fastest of several calls.
 
 On a shared machine other programs only ever add time, so one reading, or the median of
 three, can put n = 512 below n = 256 while a browser runs beside the kernel. The one clock
@@ -31,7 +31,7 @@ def test_no_notebook_reads_a_clock_itself(path):
         if cell.cell_type == "code"
         for call in clock_calls(cell.source)
     ]
-    assert not found, f"{path.name}: time with book.measure.timing.min_seconds instead: {found}"
+    assert not found, f"{path.name}: time with measure.timing.min_seconds instead: {found}"
 
 
 def test_the_check_finds_a_clock():

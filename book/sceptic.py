@@ -445,4 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # Run as book.sceptic, not __main__: the chapters' sweeps return book.sceptic.Outcome.
+    from book.sceptic import main as _main
+
+    sys.exit(_main())

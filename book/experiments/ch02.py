@@ -449,9 +449,9 @@ C7_LEARNED = 0.95  # both end above this held-out accuracy
 # The verdict (c7_verdict), per seed: the claim holds in full when the scaled loss is below
 # C7_FALLING of its start at C7_STEP and the unscaled one stays above C7_PLATEAU of its start
 # for at least C7_FEW_HUNDRED steps; in part when that plateau lasts past C7_STEP only; not at
-# all when it ends by C7_STEP or the scaled loss is not falling. Over seeds: "reproduced" when
-# the whole claim holds on every seed, "not reproduced" when it holds on none even in part,
-# "partly" otherwise.
+# all when it ends by C7_STEP or the scaled loss is not falling. Over seeds, as everywhere in
+# the book, a claim must hold on every seed: "reproduced" when the whole claim holds on every
+# seed, "partly" when at least part of it does, "not reproduced" when some seed shows none.
 
 
 @dataclass(frozen=True)
@@ -515,7 +515,7 @@ def c7_verdict(runs: dict[int, tuple[RetrievalRun, RetrievalRun]]) -> str:
     holds = [e.holds for e in c7_evidence(runs)]
     if all(h == "in full" for h in holds):
         return "reproduced"
-    if all(h == "no" for h in holds):
+    if "no" in holds:
         return "not reproduced"
     return "partly"
 

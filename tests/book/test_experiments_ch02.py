@@ -331,10 +331,14 @@ def test_c7_verdict_says_reproduced_partly_or_not_from_the_runs():
     assert c7_verdict(three) == "reproduced"
     # The chapter's case: a plateau past step 100, but not a few hundred steps long.
     assert c7_verdict({0: (_run(True, scaled), _run(False, _curve(4.2, 150)))}) == "partly"
-    # One seed in full, one without a plateau: partly.
-    mixed = {0: (_run(True, scaled), _run(False, _curve(4.2, 300))),
+    # One seed in full, one in part: partly. One seed in full, one without a plateau: the
+    # claim must hold on every seed, so not reproduced.
+    full, part = _curve(4.2, 300), _curve(4.2, 150)
+    assert c7_verdict({0: (_run(True, scaled), _run(False, full)),
+                       1: (_run(True, scaled), _run(False, part))}) == "partly"  # fmt: skip
+    mixed = {0: (_run(True, scaled), _run(False, full)),
              1: (_run(True, scaled), _run(False, scaled))}  # fmt: skip
-    assert c7_verdict(mixed) == "partly"
+    assert c7_verdict(mixed) == "not reproduced"
     # False: no plateau at all, or one that ends before step 100 ...
     assert c7_verdict({0: (_run(True, scaled), _run(False, scaled))}) == "not reproduced"
     assert c7_verdict({0: (_run(True, scaled), _run(False, _curve(4.2, 60)))}) == "not reproduced"

@@ -530,32 +530,25 @@ def assert_c7_plateau(runs: dict[int, tuple[RetrievalRun, RetrievalRun]]) -> lis
     :data:`C7_SLOWER` times the steps, and at step :data:`C7_STEP` the unscaled run sits on
     its plateau while the scaled one is falling. Returns the step ratios (unscaled / scaled).
     """
-    if not runs:
-        raise ValueError("runs must hold at least one seed, got none")
     ratios = []
-    for seed, (scaled, unscaled) in runs.items():
-        if not scaled.scaled or unscaled.scaled:
-            raise ValueError(f"seed {seed}: expected (scaled, unscaled) runs, in that order")
-        n_s = first_step_below(scaled.losses, C7_LOSS_LEVEL)
-        n_u = first_step_below(unscaled.losses, C7_LOSS_LEVEL)
+    for e, (scaled, unscaled) in zip(c7_evidence(runs), runs.values(), strict=True):
+        seed, n_s, n_u = e.seed, e.steps_scaled, e.steps_unscaled
         assert n_s is not None, f"seed {seed}: the scaled model never got its loss below 1"
         assert n_u is not None, f"seed {seed}: the unscaled model never got its loss below 1"
         assert n_u > C7_SLOWER * n_s, (
             f"seed {seed}: the unscaled model reached loss < 1 at step {n_u}, the scaled one at "
             f"{n_s}: not {C7_SLOWER}x slower"
         )
-        s_at = moving_average(scaled.losses, 20)[C7_STEP]
-        u_at = moving_average(unscaled.losses, 20)[C7_STEP]
-        assert u_at > C7_PLATEAU * unscaled.losses[0], (
-            f"seed {seed}: the unscaled loss moved from {unscaled.losses[0]:.2f} to {u_at:.2f} "
-            f"by step {C7_STEP}: no plateau"
+        start_s, start_u = scaled.losses[0], unscaled.losses[0]
+        assert e.unscaled_ratio > C7_PLATEAU, (
+            f"seed {seed}: the unscaled loss moved from {start_u:.2f} to "
+            f"{e.unscaled_ratio * start_u:.2f} by step {C7_STEP}: no plateau"
         )
-        assert s_at < C7_FALLING * scaled.losses[0], (
-            f"seed {seed}: the scaled loss only fell from {scaled.losses[0]:.2f} to {s_at:.2f} "
-            f"by step {C7_STEP}"
+        assert e.scaled_ratio < C7_FALLING, (
+            f"seed {seed}: the scaled loss only fell from {start_s:.2f} to "
+            f"{e.scaled_ratio * start_s:.2f} by step {C7_STEP}"
         )
-        worst = min(scaled.accuracy, unscaled.accuracy)
-        assert worst > C7_LEARNED, f"seed {seed}: a run ended at accuracy {worst:.2f}"
+        assert e.accuracy > C7_LEARNED, f"seed {seed}: a run ended at accuracy {e.accuracy:.2f}"
         ratios.append(n_u / n_s)
     return ratios
 

@@ -24,7 +24,7 @@ CHROMIUM ?= /usr/bin/chromium
 BOOK_OUT ?= _build/book
 
 .PHONY: venv lab test test-fast test-unit test-notebooks test-browser browser lint execute \
-        export exercises check claims book bench bench-quick gpu-check clean
+        export exercises check claims sceptic book bench bench-quick gpu-check clean
 
 venv: $(STAMP) $(JUPYTER_STAMP)
 
@@ -123,6 +123,14 @@ book: venv
 # make claims [CHECK=1]   regenerate (or check) chapters/README.md, the claims index
 claims: venv
 	$(PY) -m book.claims_index $(if $(CHECK),--check)
+
+# make sceptic [CH=02] [CLAIM=C7]   re-run claims' verdicts under a sceptic's changes (other
+# seeds, a longer budget, the standard initialisation, the claim's knobs) and store the results
+# in chapters/sceptic/NN_slug.json (book/sceptic.py). Not part of make test: one chapter takes
+# up to 15 minutes on two cores; tests/book/test_sceptic.py fails when a stored sweep is
+# missing or stale.
+sceptic: venv
+	$(AGG) $(PY) -m book.sceptic $(if $(CH),--chapter $(CH)) $(if $(CLAIM),--claim $(CLAIM))
 
 bench: venv
 	$(AGG) $(PY) -m bench

@@ -4,8 +4,10 @@ Every chapter ends with ``claims_table()``; its stored output is what the notebo
 when it last ran. This module reads those outputs back (the JSON copy under
 :data:`book.claims.CLAIMS_MIME` when there is one, else the Markdown table) and writes one
 page that lists the article's thirty claims, C1–C30, in order — id, chapter, verdict, the
-measured numbers and a link to the section of the notebook that tested it — followed by the
-other questions the book tested (ids such as ``§2.1 shared Q/K`` or ``MQA/GQA``).
+measured numbers, a link to the section of the notebook that tested it and, where the claim's
+sweep is stored (``chapters/sceptic/``, :mod:`book.sceptic`), whether the verdict held under
+each change a sceptic would try — followed by the other questions the book tested (ids such
+as ``§2.1 shared Q/K`` or ``MQA/GQA``).
 
 Ids with a suffix (``C9a``, ``C19 window``) are sub-claims: they roll up under their number, one
 row each below a row for the whole claim. A claim no notebook has recorded yet is listed as
@@ -26,7 +28,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -34,6 +36,7 @@ from urllib.parse import quote
 import nbformat
 
 from book.claims import CLAIMS_MIME, VERDICTS, parse_claims_markdown
+from book.sceptic import stored_sweeps, sweep_cell
 
 __all__ = [
     "ARTICLE_CLAIMS",
@@ -280,11 +283,13 @@ def _link(c: RecordedClaim) -> str:
     return f"[{_cell(label)}]({c.anchor})"
 
 
-def _row(claim_id: str, chapter: str, verdict: str, claim: str, measured: str, link: str) -> str:
+def _row(
+    claim_id: str, chapter: str, verdict: str, claim: str, measured: str, link: str, sweep: str
+) -> str:
     return (
         "| "
         + " | ".join(_cell(x) for x in (claim_id, chapter, verdict, claim))
-        + (f" | {_cell(measured)} | {link} |")
+        + (f" | {_cell(measured)} | {link} | {_cell(sweep)} |")
     )
 
 
@@ -295,12 +300,23 @@ def _summary(verdicts: Sequence[str]) -> str:
     return "mixed: " + ", ".join(counts)
 
 
-HEADER = "| id | chapter | verdict | claim, in the book's words | measured | tested in |"
-RULE = "| --- | --- | --- | --- | --- | --- |"
+HEADER = (
+    "| id | chapter | verdict | claim, in the book's words | measured | tested in "
+    "| sceptic's sweep |"
+)
+RULE = "| --- | --- | --- | --- | --- | --- | --- |"
 
 
-def render_index(claims: Sequence[RecordedClaim]) -> str:
-    """The Markdown of ``chapters/README.md`` for the recorded ``claims``."""
+def render_index(
+    claims: Sequence[RecordedClaim], sweeps: Mapping[str, Mapping] | None = None
+) -> str:
+    """The Markdown of ``chapters/README.md`` for the recorded ``claims`` and the stored
+    ``sweeps`` (claim id -> record, :func:`book.sceptic.stored_sweeps`; none by default)."""
+    sweeps = sweeps or {}
+
+    def swept(claim_id: str) -> str:
+        return sweep_cell(sweeps.get(claim_id))
+
     by_number: dict[int, list[RecordedClaim]] = {n: [] for n in ARTICLE_CLAIMS}
     extras: list[RecordedClaim] = []
     for c in claims:
@@ -311,12 +327,13 @@ def render_index(claims: Sequence[RecordedClaim]) -> str:
         subs = by_number[n]
         if not subs:
             rows.append(_row(f"C{n}", f"{expected_chapter} (expected)", NOT_RECORDED, words,
-                             "—", "—"))  # fmt: skip
+                             "—", "—", swept(f"C{n}")))  # fmt: skip
             overall.append(NOT_RECORDED)
             continue
         if len(subs) == 1 and subs[0].claim_id == f"C{n}":
             c = subs[0]
-            rows.append(_row(c.claim_id, str(c.chapter), c.verdict, c.claim, c.measured, _link(c)))
+            rows.append(_row(c.claim_id, str(c.chapter), c.verdict, c.claim, c.measured, _link(c),
+                             swept(c.claim_id)))  # fmt: skip
             overall.append(c.verdict)
             continue
         chapters = ", ".join(str(ch) for ch in sorted({c.chapter for c in subs}))
@@ -329,12 +346,13 @@ def render_index(claims: Sequence[RecordedClaim]) -> str:
                 words,
                 f"{len(subs)} sub-claim{'s' if len(subs) > 1 else ''} below",
                 "—",
+                swept(f"C{n}"),
             )
         )
         overall.append(verdict if not verdict.startswith("mixed") else "mixed")
         for c in subs:
             rows.append(_row(f"↳ {c.claim_id}", str(c.chapter), c.verdict, c.claim, c.measured,
-                             _link(c)))  # fmt: skip
+                             _link(c), swept(c.claim_id)))  # fmt: skip
 
     counted = [f"{overall.count(v)} {v}" for v in (*VERDICTS, "mixed", NOT_RECORDED)]
     counted = [s for s in counted if not s.startswith("0 ")]
@@ -346,6 +364,13 @@ def render_index(claims: Sequence[RecordedClaim]) -> str:
         "where it was tested; then the other questions the book tested. A verdict is "
         "*reproduced*, *partly* (reproduced) or *not reproduced*; a claim split into "
         "sub-claims shows one row per sub-claim under a row for the whole claim.",
+        "",
+        "The last column is the sceptic's sweep (`make sceptic`, `book/sceptic.py`): the "
+        "claim's experiment re-run as the chapter ran it (the baseline) and under each "
+        "obvious change — other seeds, a longer budget, the standard initialisation, the "
+        "claim's own knobs — with, per change, *held* or the verdict it became; *—* where "
+        "no sweep is stored yet. The results are stored beside the chapters, in "
+        "`chapters/sceptic/`.",
         "",
         "This page is generated from the claims tables stored in the executed notebooks "
         "(`chapters/NN_*.ipynb`); do not edit it by hand. Regenerate it with "
@@ -367,7 +392,15 @@ def render_index(claims: Sequence[RecordedClaim]) -> str:
     if extras:
         lines += [HEADER, RULE]
         lines += [
-            _row(c.claim_id, str(c.chapter), c.verdict, c.claim, c.measured, _link(c))
+            _row(
+                c.claim_id,
+                str(c.chapter),
+                c.verdict,
+                c.claim,
+                c.measured,
+                _link(c),
+                swept(c.claim_id),
+            )
             for c in extras
         ]
     else:
@@ -378,14 +411,15 @@ def render_index(claims: Sequence[RecordedClaim]) -> str:
 def write_index(chapters: Path = CHAPTERS) -> Path:
     """Write ``chapters/README.md`` from the notebooks in ``chapters``; return its path."""
     path = Path(chapters) / INDEX_NAME
-    path.write_text(render_index(recorded_claims(chapters)), encoding="utf-8")
+    text = render_index(recorded_claims(chapters), stored_sweeps(chapters))
+    path.write_text(text, encoding="utf-8")
     return path
 
 
 def check_index(chapters: Path = CHAPTERS) -> list[str]:
     """Problems with the committed index: empty when it equals what the notebooks recorded."""
     path = Path(chapters) / INDEX_NAME
-    expected = render_index(recorded_claims(chapters))
+    expected = render_index(recorded_claims(chapters), stored_sweeps(chapters))
     if not path.exists():
         return [f"{path} is missing: run python -m book.claims_index"]
     actual = path.read_text(encoding="utf-8")

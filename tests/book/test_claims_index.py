@@ -5,6 +5,7 @@ up under their number, linked to their section, and checked."""
 from __future__ import annotations
 
 import itertools
+import json
 import re
 
 import nbformat
@@ -223,3 +224,36 @@ def test_a_re_executed_notebook_makes_the_index_stale(book_dir):
 def test_no_extras_says_so(tmp_path):
     assert "None recorded yet." in render_index([])
     assert render_index([]).count("not yet recorded |") == 30
+
+
+def _sweep(base: str, *changed: tuple[str, str]) -> dict:
+    return {
+        "baseline": {"name": "baseline", "verdict": base},
+        "perturbations": [{"name": name, "verdict": verdict} for name, verdict in changed],
+    }
+
+
+def test_the_sweep_column_says_per_change_held_or_what_the_verdict_became(book_dir):
+    sweeps = {
+        "C5": _sweep("partly", ("seeds 3–5", "partly"), ("torch init", "not reproduced")),
+        "C19 cost": _sweep("partly", ("1200 steps", "reproduced")),
+    }
+    text = render_index(recorded_claims(book_dir), sweeps)
+    assert "| tested in | sceptic's sweep |" in text
+    row = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
+    assert row["C5"].endswith(" | baseline: partly; seeds 3–5: held; torch init: not reproduced |")
+    assert row["↳ C19 cost"].endswith(" | baseline: partly; 1200 steps: reproduced |")
+    for claim_id in ("↳ C19 window", "C19", "C20", "Q-softmax"):  # no sweep stored
+        assert row[claim_id].endswith(" | — |")
+    assert all(line.count(" | ") == 6 for line in row.values())  # seven columns everywhere
+
+
+def test_a_stored_sweep_beside_the_chapters_reaches_the_index(book_dir):
+    write_index(book_dir)
+    (book_dir / "sceptic").mkdir()
+    stored = {"version": 1, "claims": {"C5": _sweep("reproduced", ("d_k 64", "reproduced"))}}
+    (book_dir / "sceptic" / "02_more.json").write_text(json.dumps(stored))
+    assert check_index(book_dir), "a new stored sweep must make the index stale"
+    write_index(book_dir)
+    text = (book_dir / INDEX_NAME).read_text(encoding="utf-8")
+    assert "| baseline: reproduced; d_k 64: held |" in text

@@ -17,6 +17,8 @@ from book.experiments.ch02 import (
     RetrievalModel,
     RetrievalRun,
     assert_c7_plateau,
+    c7_evidence,
+    c7_verdict,
     dot_product_scores,
     dot_product_stats,
     gradient_snapshot,
@@ -318,3 +320,55 @@ def test_c7_assert_passes_a_plateau_and_fails_each_way_the_claim_can_be_false():
         assert_c7_plateau({0: (_run(False, plateau), _run(True, scaled))})
     with pytest.raises(ValueError, match="at least one seed"):
         assert_c7_plateau({})
+
+
+def test_c7_verdict_says_reproduced_partly_or_not_from_the_runs():
+    scaled = _curve(4.2, 0)
+    # The whole claim: a plateau of a few hundred steps (here to the end of the budget, which
+    # assert_c7_plateau would refuse as "never learned"), while the scaled loss falls.
+    assert c7_verdict({0: (_run(True, scaled), _run(False, [4.2] * 400))}) == "reproduced"
+    three = {s: (_run(True, scaled), _run(False, _curve(4.2, 250))) for s in (0, 1, 2)}
+    assert c7_verdict(three) == "reproduced"
+    # The chapter's case: a plateau past step 100, but not a few hundred steps long.
+    assert c7_verdict({0: (_run(True, scaled), _run(False, _curve(4.2, 150)))}) == "partly"
+    # One seed in full, one in part: partly. One seed in full, one without a plateau: the
+    # claim must hold on every seed, so not reproduced.
+    full, part = _curve(4.2, 300), _curve(4.2, 150)
+    assert c7_verdict({0: (_run(True, scaled), _run(False, full)),
+                       1: (_run(True, scaled), _run(False, part))}) == "partly"  # fmt: skip
+    mixed = {0: (_run(True, scaled), _run(False, full)),
+             1: (_run(True, scaled), _run(False, scaled))}  # fmt: skip
+    assert c7_verdict(mixed) == "not reproduced"
+    # False: no plateau at all, or one that ends before step 100 ...
+    assert c7_verdict({0: (_run(True, scaled), _run(False, scaled))}) == "not reproduced"
+    assert c7_verdict({0: (_run(True, scaled), _run(False, _curve(4.2, 60)))}) == "not reproduced"
+    # ... or a scaled model that does not fall normally either (both flat for 300 steps).
+    flat = {0: (_run(True, _curve(4.2, 300)), _run(False, _curve(4.2, 300)))}
+    assert c7_verdict(flat) == "not reproduced"
+    with pytest.raises(ValueError, match="in that order"):
+        c7_verdict({0: (_run(False, scaled), _run(True, scaled))})
+    with pytest.raises(ValueError, match="longer than C7_STEP"):
+        c7_verdict({0: (_run(True, scaled[:50]), _run(False, scaled[:50]))})
+
+
+def test_c7_evidence_reads_the_plateau_and_the_delay():
+    (e,) = c7_evidence({3: (_run(True, _curve(4.2, 0)), _run(False, _curve(4.2, 150)))})
+    assert e.seed == 3 and e.holds == "in part" and not e.plateau_to_end
+    assert 150 <= e.plateau <= 170 and e.unscaled_ratio == pytest.approx(1.0)
+    assert e.delay > 1.4 and e.scaled_ratio < 0.65
+    (e,) = c7_evidence({0: (_run(True, _curve(4.2, 0)), _run(False, [4.2] * 400))})
+    assert e.plateau == 400 and e.plateau_to_end and e.delay is None and e.holds == "in full"
+
+
+@pytest.mark.parametrize("qk_init", ["normal", "torch"])
+def test_retrieval_model_initialises_w_q_and_w_k_as_asked(qk_init):
+    torch.manual_seed(0)
+    model = RetrievalModel(10, 7, 256, 16, qk_init=qk_init)
+    std = float(model.w_q.weight.detach().std())
+    expected = 1 / math.sqrt(256) if qk_init == "normal" else 1 / math.sqrt(3 * 256)
+    assert std == pytest.approx(expected, rel=0.05)
+    torch.manual_seed(0)
+    other = RetrievalModel(10, 7, 256, 16, qk_init="torch" if qk_init == "normal" else "normal")
+    torch.testing.assert_close(model.readout.weight, other.readout.weight)  # the rest: the same
+    with pytest.raises(ValueError, match="qk_init must be one of"):
+        RetrievalModel(10, 7, 8, 16, qk_init="xavier")

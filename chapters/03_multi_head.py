@@ -59,7 +59,6 @@ from book.experiments.ch03 import (
     assert_c9a_heads_split_without_new_parameters,
     assert_c9b_heads_specialise,
     assert_c10_rises_then_falls,
-    kv_cache_bytes,
     mha_flops,
     train_pairs,
 )
@@ -67,6 +66,7 @@ from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.tasks import pair_token_names, pairs_batch
 from book.experiments.training import torch_threads
 from book.plotting import plot_heads, plot_lines, plot_spread, reference_line, set_style
+from measure.memory import kv_cache_bytes
 from measure.timing import min_seconds
 
 set_style()

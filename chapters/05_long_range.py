@@ -751,7 +751,7 @@ fig = attention_patterns()
 # %%
 variants = {
     "window ±8": SlidingWindowAttnFn(8, 8),
-    "window ±8 + global token 64": SlidingWindowAttnFn(8, 8, global_positions=(64,)),
+    "window ±8 + global token 64": SlidingWindowAttnFn(8, 8, global_tokens=(64,)),
     "BigBird, blocks of 8": BigBirdAttnFn(8, n_window=1, n_global=1, n_random=1),
     "linear (elu+1)": LinearAttnFn(),
 }
@@ -912,8 +912,8 @@ print(f"chance: below {C19_CHANCE_BELOW}; solved: above {C19_SOLVED_ABOVE}")
 depth_configs = {  # name -> (variant, layers, seeds)
     "window ±12, 1 layer": (SlidingWindowAttnFn(12, 12), 1, (0,)),
     "window ±12, 3 layers": (SlidingWindowAttnFn(12, 12), 3, SEEDS),
-    "window ±4 + global 16, 1 layer": (SlidingWindowAttnFn(4, 4, global_positions=(16,)), 1, (0,)),
-    "window ±4 + global 16, 2 layers": (SlidingWindowAttnFn(4, 4, global_positions=(16,)), 2,
+    "window ±4 + global 16, 1 layer": (SlidingWindowAttnFn(4, 4, global_tokens=(16,)), 1, (0,)),
+    "window ±4 + global 16, 2 layers": (SlidingWindowAttnFn(4, 4, global_tokens=(16,)), 2,
                                         SEEDS),
 }  # fmt: skip
 predicted_short = {

@@ -66,6 +66,7 @@ from book.experiments.seeds import SEEDS, make_deterministic, over_seeds, spread
 from book.experiments.training import moving_average
 from book.plotting import plot_bar_spread, plot_lines, plot_spread, reference_line, set_style
 from book.progress import progress
+from measure.memory import kv_cache_bytes
 
 set_style()
 make_deterministic(0)
@@ -699,9 +700,8 @@ kv_rows = {}
 for kind, h_kv in progress([("MHA", 4), ("GQA", 2), ("MQA", 1)], desc="attention kind"):
     dec = ch06.build_decoder(data.vocab.size, causal=True, seed=0, num_kv_heads=h_kv,
                              max_len=KV_LEN).eval()  # fmt: skip
-    formula = ch06.kv_cache_bytes(num_layers=ch06.NUM_LAYERS, batch=1, num_kv_heads=h_kv,
-                                  head_dim=ch06.D_MODEL // ch06.NUM_HEADS, seq_len=KV_LEN,
-                                  bytes_per_element=4)  # fmt: skip
+    formula = kv_cache_bytes(ch06.NUM_LAYERS, h_kv, ch06.D_MODEL // ch06.NUM_HEADS, KV_LEN,
+                             batch_size=1, bytes_per_element=4)  # fmt: skip
     assert dec.new_cache(1).nbytes == formula
     g = torch.Generator().manual_seed(0)
     p = torch.randint(0, data.vocab.size, (1, KV_PROMPT), generator=g)

@@ -452,7 +452,7 @@ RF_GRID, RF_TOKEN, RF_DEPTHS = 16, (5, 6), (1, 2, 4)
 torch.manual_seed(0)
 fields = {
     (shifted, depth): ch07.receptive_field(
-        ch07.swin_stack(depth, shifted=shifted, grid=RF_GRID, window=SWIN_WINDOW),
+        ch07.swin_stack(depth, shifted=shifted, grid=RF_GRID, window_size=SWIN_WINDOW),
         RF_GRID, 16, RF_TOKEN,
     )  # fmt: skip
     for shifted in (False, True)

@@ -15,6 +15,9 @@ What it cannot see: scratch memory an operator allocates and frees inside its ow
 the sequence length). A storage resized in place after its creation is counted at its creation
 size. The benchmark measures memory in a separate call from the timed ones: the mode costs
 Python work per operator.
+
+:func:`kv_cache_bytes` is the formula a decoder's key/value cache follows, which a cache's own
+tensors can be checked against.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+
+from attention.checks import check_positive_int
 
 
 def _storages(tree: object) -> list[torch.UntypedStorage]:
@@ -79,3 +84,32 @@ def peak_extra_bytes(fn: Callable[[], object]) -> int:
         result = fn()
         del result
     return mem.peak_bytes
+
+
+def kv_cache_bytes(
+    num_layers: int,
+    num_kv_heads: int,
+    head_dim: int,
+    seq_len: int,
+    *,
+    batch_size: int = 1,
+    bytes_per_element: int = 2,
+) -> int:
+    """Bytes a decoder keeps to avoid recomputing keys and values: K and V, for every layer,
+    key/value head, position and sequence: ``2 · layers · H_kv · d_head · L · B · bytes``.
+
+    ``bytes_per_element`` is 2 for fp16/bf16, 4 for fp32. Query heads do not appear: a GQA
+    model with ``H`` query heads caches only its ``H_kv`` key/value heads.
+    """
+    factors = {
+        "num_layers": num_layers,
+        "num_kv_heads": num_kv_heads,
+        "head_dim": head_dim,
+        "seq_len": seq_len,
+        "batch_size": batch_size,
+        "bytes_per_element": bytes_per_element,
+    }
+    out = 2
+    for name, value in factors.items():
+        out *= check_positive_int(name, value)
+    return out

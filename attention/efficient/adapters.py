@@ -54,25 +54,25 @@ def _no_mask(name: str, mask: Tensor | None, causal: bool) -> None:
 
 class SlidingWindowAttnFn:
     """``attn_fn``: sliding-window attention, query ``i`` sees keys ``i - left .. i + right``,
-    plus Longformer global tokens (``global_positions``; negative values count from the end,
+    plus Longformer global tokens (``global_tokens``; negative values count from the end,
     ``(-1,)`` makes the last token global). Wraps
     :func:`attention.efficient.sliding_window.sliding_window_attention`."""
 
-    def __init__(self, left: int, right: int, global_positions: Sequence[int] = ()) -> None:
+    def __init__(self, left: int, right: int, global_tokens: Sequence[int] = ()) -> None:
         self.left = check_positive_int("left", left, allow_zero=True)
         self.right = check_positive_int("right", right, allow_zero=True)
-        for p in global_positions:
+        for p in global_tokens:
             if isinstance(p, bool) or not isinstance(p, int):
-                raise TypeError(f"global_positions must hold ints, got {global_positions!r}")
-        self.global_positions = tuple(global_positions)
+                raise TypeError(f"global_tokens must hold ints, got {global_tokens!r}")
+        self.global_tokens = tuple(global_tokens)
 
     def _globals(self, seq_len: int) -> Tensor | None:
-        if not self.global_positions:
+        if not self.global_tokens:
             return None
-        for p in self.global_positions:
+        for p in self.global_tokens:
             if not -seq_len <= p < seq_len:
                 raise ValueError(f"global position {p} is outside a sequence of length {seq_len}")
-        return torch.tensor(sorted({p % seq_len for p in self.global_positions}))  # (G,)
+        return torch.tensor(sorted({p % seq_len for p in self.global_tokens}))  # (G,)
 
     def __call__(
         self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, *,
@@ -96,7 +96,7 @@ class SlidingWindowAttnFn:
         return band | is_global[:, None] | is_global[None, :]  # (L, L)
 
     def __repr__(self) -> str:
-        extra = f", global_positions={self.global_positions}" if self.global_positions else ""
+        extra = f", global_tokens={self.global_tokens}" if self.global_tokens else ""
         return f"SlidingWindowAttnFn(left={self.left}, right={self.right}{extra})"
 
 

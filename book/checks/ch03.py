@@ -2,7 +2,7 @@
 
 Every answer is compared with the package: :func:`attention.heads.split_heads` /
 :func:`~attention.heads.merge_heads`, the parameters of a real
-:class:`attention.heads.MultiHeadAttention`, :func:`book.experiments.ch03.kv_cache_bytes`.
+:class:`attention.heads.MultiHeadAttention`, :func:`measure.memory.kv_cache_bytes`.
 When an answer is wrong, the check recomputes the usual mistakes and names the one that
 matches.
 """
@@ -15,7 +15,7 @@ import torch
 
 from attention.functional import scaled_dot_product_attention
 from attention.heads import MultiHeadAttention, merge_heads, split_heads
-from book.experiments.ch03 import kv_cache_bytes
+from measure.memory import kv_cache_bytes
 
 from . import CheckFailed, expect_close, expect_shape, randn, register
 

@@ -22,7 +22,7 @@ def attention_patterns() -> plt.Figure:
     patterns = {
         "full: n² scores": torch.ones(L, L, dtype=torch.bool),
         "window ±2": SlidingWindowAttnFn(2, 2).allowed(L),
-        "window ±2 + global token 8": SlidingWindowAttnFn(2, 2, global_positions=(8,)).allowed(L),
+        "window ±2 + global token 8": SlidingWindowAttnFn(2, 2, global_tokens=(8,)).allowed(L),
         "BigBird, blocks of 2": BigBirdAttnFn(2, n_window=1, n_global=1, n_random=1).allowed(L),
         "linear: every pair": LinearAttnFn().allowed(L),
     }
@@ -49,7 +49,7 @@ def window_reach_by_depth() -> plt.Figure:
     layer lets information move one window further (the boolean mask multiplied by itself),
     and a global token in the middle relays everything in two layers."""
     window = SlidingWindowAttnFn(2, 2).allowed(L).long()  # (L, L)
-    glob = SlidingWindowAttnFn(2, 2, global_positions=(8,)).allowed(L).long()
+    glob = SlidingWindowAttnFn(2, 2, global_tokens=(8,)).allowed(L).long()
     rows, names = [], []
     for name, mask in (("window ±2", window), ("+ global token 8", glob)):
         reach = torch.eye(L, dtype=torch.long)

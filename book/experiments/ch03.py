@@ -6,7 +6,7 @@
   the two-relation task of :mod:`book.experiments.tasks` (the previous token, and a partner
   found by content, at every position), and :func:`head_relation_mass` to measure which
   relation each head attends to.
-- MQA/GQA, :func:`kv_cache_bytes`: the memory a decoder's key/value cache takes.
+- MQA/GQA (the memory of their key/value cache: :func:`measure.memory.kv_cache_bytes`).
 
 Attention itself is never re-implemented here: the model is the package's
 :class:`attention.blocks.EncoderLayer` (hence :class:`attention.heads.MultiHeadAttention`).
@@ -389,32 +389,3 @@ def assert_c9b_heads_specialise(run_1: PairsRun, run_2: PairsRun, run_4: PairsRu
     finds."""
     failures = c9b_specialisation_failures(run_1, run_2, run_4)
     assert not failures, "C9b does not hold: " + "; ".join(failures)
-
-
-def kv_cache_bytes(
-    num_layers: int,
-    num_kv_heads: int,
-    head_dim: int,
-    seq_len: int,
-    *,
-    batch_size: int = 1,
-    bytes_per_element: int = 2,
-) -> int:
-    """Bytes a decoder keeps to avoid recomputing keys and values: K and V, for every layer,
-    key/value head, position and sequence: ``2 · layers · H_kv · d_head · L · B · bytes``.
-
-    ``bytes_per_element`` is 2 for fp16/bf16, 4 for fp32. Query heads do not appear: a GQA
-    model with ``H`` query heads caches only its ``H_kv`` key/value heads.
-    """
-    factors = {
-        "num_layers": num_layers,
-        "num_kv_heads": num_kv_heads,
-        "head_dim": head_dim,
-        "seq_len": seq_len,
-        "batch_size": batch_size,
-        "bytes_per_element": bytes_per_element,
-    }
-    out = 2
-    for name, value in factors.items():
-        out *= check_positive_int(name, value)
-    return out

@@ -13,7 +13,7 @@
   :func:`naive_softmax`, :class:`ScoreMonitor`): float16 overflow of ``QKᵀ`` and of ``exp``.
 - C24 (:func:`peak_memory`, :func:`stack_attention`): exact peak memory of dense attention,
   the package's flash attention and gradient checkpointing over a stack of attention layers.
-- The KV cache (:func:`kv_cache_bytes`, :func:`decode_seconds`).
+- The KV cache (:func:`decode_seconds`; its size: :func:`measure.memory.kv_cache_bytes`).
 
 The asserting functions ``assert_...`` raise ``AssertionError`` when the claim is false.
 """
@@ -796,14 +796,6 @@ def assert_equal_to_package(mine: Tensor, package: Tensor, *, atol: float = 1e-5
 # ------------------------------------------------------------------------------------------
 # The KV cache
 # ------------------------------------------------------------------------------------------
-
-
-def kv_cache_bytes(
-    *, num_layers: int, batch: int, num_kv_heads: int, head_dim: int, seq_len: int,
-    bytes_per_element: int,
-) -> int:  # fmt: skip
-    """Keys and values of every layer: ``2 · layers · B · H_kv · L · d_head · bytes``."""
-    return 2 * num_layers * batch * num_kv_heads * seq_len * head_dim * bytes_per_element
 
 
 def decode_seconds(model: CharDecoder, prompt: Tensor, new: int, *, use_cache: bool) -> float:

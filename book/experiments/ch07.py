@@ -246,18 +246,18 @@ def swin_stack(
     *,
     shifted: bool,
     grid: int,
-    window: int,
+    window_size: int,
     d_model: int = 16,
     num_heads: int = 1,
 ) -> nn.Sequential:
     """``num_blocks`` :class:`attention.vision.SwinBlock` on a ``grid × grid`` token map;
-    with ``shifted`` every second block uses the shift ``window // 2`` (Swin's alternation),
+    with ``shifted`` every second block uses the shift ``window_size // 2`` (Swin's alternation),
     otherwise every block uses the regular windows."""
     num_blocks = check_positive_int("num_blocks", num_blocks)
-    shift = window // 2 if shifted else 0
+    shift = window_size // 2 if shifted else 0
     return nn.Sequential(
         *[
-            SwinBlock(d_model, grid, num_heads, window, shift=shift if i % 2 else 0)
+            SwinBlock(d_model, grid, num_heads, window_size, shift=shift if i % 2 else 0)
             for i in range(num_blocks)
         ]
     )
@@ -304,12 +304,13 @@ def _float64_copy(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model).double().eval()
 
 
-def window_of(token: tuple[int, int], grid: int, window: int) -> Tensor:
-    """Bool ``(grid, grid)``: the regular ``window × window`` window holding ``token``."""
+def window_of(token: tuple[int, int], grid: int, window_size: int) -> Tensor:
+    """Bool ``(grid, grid)``: the regular ``window_size × window_size`` window holding
+    ``token``."""
     row, col = token
     mask = torch.zeros(grid, grid, dtype=torch.bool)
-    r0, c0 = (row // window) * window, (col // window) * window
-    mask[r0 : r0 + window, c0 : c0 + window] = True
+    r0, c0 = (row // window_size) * window_size, (col // window_size) * window_size
+    mask[r0 : r0 + window_size, c0 : c0 + window_size] = True
     return mask
 
 
@@ -344,7 +345,7 @@ class SwinTokenClassifier(nn.Module):
         *,
         shifted: bool,
         grid: int = 8,
-        window: int = 4,
+        window_size: int = 4,
         n_colours: int = 4,
         d_model: int = 16,
         num_heads: int = 1,
@@ -357,7 +358,7 @@ class SwinTokenClassifier(nn.Module):
             num_blocks,
             shifted=shifted,
             grid=grid,
-            window=window,
+            window_size=window_size,
             d_model=d_model,
             num_heads=num_heads,
         )
@@ -389,7 +390,7 @@ def train_neighbour_copy(
     seed: int,
     steps: int,
     grid: int = 8,
-    window: int = 4,
+    window_size: int = 4,
     n_colours: int = 4,
     batch_size: int = 32,
     lr: float = 1e-2,
@@ -400,7 +401,9 @@ def train_neighbour_copy(
     column on held-out maps (parameters from ``seed``, batches from ``seed + 1``, the held-out
     maps from ``seed + 2``)."""
     torch.manual_seed(seed)
-    model = SwinTokenClassifier(shifted=shifted, grid=grid, window=window, n_colours=n_colours)
+    model = SwinTokenClassifier(
+        shifted=shifted, grid=grid, window_size=window_size, n_colours=n_colours
+    )
 
     def loss_of(m: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
         colours, targets = batch
@@ -422,8 +425,8 @@ def train_neighbour_copy(
     with torch.no_grad(), torch_threads(threads):
         correct = (model(colours)[:, :, :-1].argmax(-1) == targets).float()  # (B, G, G-1)
     per_column = correct.mean((0, 1)).tolist()
-    border_cols = [c for c in range(grid - 1) if (c + 1) % window == 0]
-    interior_cols = [c for c in range(grid - 1) if (c + 1) % window != 0]
+    border_cols = [c for c in range(grid - 1) if (c + 1) % window_size == 0]
+    interior_cols = [c for c in range(grid - 1) if (c + 1) % window_size != 0]
     border = float(correct[:, :, border_cols].mean())
     interior = float(correct[:, :, interior_cols].mean())
     return CopyRun(border, interior, per_column, log.losses, log.seconds)

@@ -41,7 +41,7 @@ def _qkv(seq_len: int, *, batch_size: int = 1, num_heads: int = 2, head_dim: int
 
 def test_sliding_window_adapter_is_the_kernel():
     q, k, v = _qkv(20, batch_size=2, seed=1)
-    got = SlidingWindowAttnFn(3, 1, global_positions=(0, -1))(q, k, v)
+    got = SlidingWindowAttnFn(3, 1, global_tokens=(0, -1))(q, k, v)
     want = sliding_window_attention(q, k, v, left=3, right=1, global_tokens=torch.tensor([0, 19]))
     assert torch.equal(got, want)
     assert torch.equal(
@@ -80,7 +80,7 @@ def test_linear_adapter_is_the_non_causal_kernel():
 )
 def test_window_attention_matches_dense_with_its_mask(seq_len, left, right, globals_, seed):
     globals_ = [g for g in globals_ if -seq_len <= g < seq_len]
-    attn = SlidingWindowAttnFn(left, right, global_positions=globals_)
+    attn = SlidingWindowAttnFn(left, right, global_tokens=globals_)
     q, k, v = _qkv(seq_len, batch_size=2, seed=seed)
     allowed = attn.allowed(seq_len)  # (L, L)
     # Independent reference for the mask: the rule written out element by element.
@@ -136,7 +136,7 @@ def test_linear_attention_matches_the_float64_formula():
     assert bool(attn.allowed(6).all())
 
 
-@pytest.mark.parametrize("variant", [SlidingWindowAttnFn(3, 1, global_positions=(4,)),
+@pytest.mark.parametrize("variant", [SlidingWindowAttnFn(3, 1, global_tokens=(4,)),
                                      BigBirdAttnFn(4, n_random=1)])  # fmt: skip
 def test_masked_attn_fn_equals_the_variants_own_kernel(variant):
     q, k, v = (
@@ -174,10 +174,10 @@ def test_wrappers_accept_an_all_true_padding_mask_and_refuse_others(attn):
 def test_wrappers_reject_bad_arguments():
     with pytest.raises(ValueError, match="left"):
         SlidingWindowAttnFn(-1, 2)
-    with pytest.raises(TypeError, match="global_positions"):
-        SlidingWindowAttnFn(1, 1, global_positions=(0.5,))
+    with pytest.raises(TypeError, match="global_tokens"):
+        SlidingWindowAttnFn(1, 1, global_tokens=(0.5,))
     with pytest.raises(ValueError, match="outside"):
-        SlidingWindowAttnFn(1, 1, global_positions=(9,)).allowed(4)
+        SlidingWindowAttnFn(1, 1, global_tokens=(9,)).allowed(4)
     with pytest.raises(ValueError, match="block_size"):
         BigBirdAttnFn(0)
 

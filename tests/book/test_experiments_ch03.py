@@ -21,7 +21,6 @@ from book.experiments.ch03 import (
     attention_parameter_count,
     c9b_specialisation_failures,
     head_relation_mass,
-    kv_cache_bytes,
     mha_flops,
     train_pairs,
 )
@@ -142,27 +141,6 @@ def test_train_pairs_is_deterministic_and_learns():
 # ------------------------------------------------------------------------------------------
 # MQA / GQA: the cache
 # ------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
-def test_kv_cache_bytes_equals_the_size_of_real_key_value_tensors(num_kv_heads):
-    num_layers, batch_size, seq_len, d_model, num_heads = 3, 2, 7, 32, 4
-    layers = [
-        MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads).to(torch.bfloat16)
-        for _ in range(num_layers)
-    ]
-    x = torch.randn(batch_size, seq_len, d_model, dtype=torch.bfloat16)  # (B, L, D)
-    cached = sum(m.k_proj(x).nbytes + m.v_proj(x).nbytes for m in layers)  # what a cache holds
-    got = kv_cache_bytes(
-        num_layers, num_kv_heads, d_model // num_heads, seq_len, batch_size=batch_size
-    )
-    assert got == cached
-
-
-def test_kv_cache_bytes_realistic_config_and_bad_input():
-    assert kv_cache_bytes(32, 32, 128, 4096) == 2 * 1024**3  # 2 GiB in fp16
-    with pytest.raises(ValueError, match="num_kv_heads"):
-        kv_cache_bytes(32, 0, 128, 4096)
 
 
 def n_params(module: torch.nn.Module) -> int:

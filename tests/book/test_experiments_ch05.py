@@ -202,7 +202,7 @@ def test_reach_after_against_a_loop_over_layers():
     for i in range(12):  # a window of ±2, three layers: ±6
         want = torch.tensor([abs(i - j) <= 6 for j in range(12)])
         assert torch.equal(reach[i], want)
-    glob = SlidingWindowAttnFn(1, 1, global_positions=(5,)).allowed(12)
+    glob = SlidingWindowAttnFn(1, 1, global_tokens=(5,)).allowed(12)
     assert not reach_after(glob, 1)[-1, 0] and bool(reach_after(glob, 2)[-1].all())
     with pytest.raises(ValueError, match="square bool mask"):
         reach_after(torch.ones(3, 4, dtype=torch.bool), 1)

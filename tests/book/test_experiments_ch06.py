@@ -12,6 +12,7 @@ import torch
 from attention.decoder import CharDecoder, generate
 from attention.masks import causal_mask
 from book.experiments import ch06
+from measure.memory import kv_cache_bytes
 
 # --- C20 --------------------------------------------------------------------------------------
 
@@ -302,9 +303,8 @@ def test_stack_attention_refuses_an_unknown_method():
 @pytest.mark.parametrize("h_kv", [4, 2, 1])
 def test_kv_cache_bytes_matches_the_cache_tensors(h_kv):
     model = ch06.build_decoder(20, causal=True, seed=0, num_kv_heads=h_kv, max_len=30)
-    formula = ch06.kv_cache_bytes(num_layers=ch06.NUM_LAYERS, batch=3, num_kv_heads=h_kv,
-                                  head_dim=ch06.D_MODEL // ch06.NUM_HEADS, seq_len=30,
-                                  bytes_per_element=4)  # fmt: skip
+    formula = kv_cache_bytes(ch06.NUM_LAYERS, h_kv, ch06.D_MODEL // ch06.NUM_HEADS, 30,
+                             batch_size=3, bytes_per_element=4)  # fmt: skip
     assert model.new_cache(3).nbytes == formula
 
 

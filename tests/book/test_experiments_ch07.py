@@ -135,9 +135,9 @@ def test_assert_vit_needs_more_data():
 
 
 def test_swin_stack_alternates_the_shift():
-    stack = ch07.swin_stack(4, shifted=True, grid=8, window=4)
+    stack = ch07.swin_stack(4, shifted=True, grid=8, window_size=4)
     assert [b.shift for b in stack] == [0, 2, 0, 2]
-    assert [b.shift for b in ch07.swin_stack(3, shifted=False, grid=8, window=4)] == [0, 0, 0]
+    assert [b.shift for b in ch07.swin_stack(3, shifted=False, grid=8, window_size=4)] == [0, 0, 0]
 
 
 def _field_by_perturbation(model, grid, d_model, token):
@@ -160,14 +160,14 @@ def _field_by_perturbation(model, grid, d_model, token):
                                                          (True, 3, (4, 1))])  # fmt: skip
 def test_receptive_field_equals_a_perturbation_reference(shifted, depth, token):
     torch.manual_seed(0)
-    stack = ch07.swin_stack(depth, shifted=shifted, grid=8, window=4, d_model=8)
+    stack = ch07.swin_stack(depth, shifted=shifted, grid=8, window_size=4, d_model=8)
     got = ch07.receptive_field(stack, 8, 8, token)
     assert torch.equal(got, _field_by_perturbation(stack, 8, 8, token))
 
 
 def test_receptive_field_of_one_block_is_the_window():
     torch.manual_seed(0)
-    stack = ch07.swin_stack(1, shifted=True, grid=8, window=4, d_model=8)
+    stack = ch07.swin_stack(1, shifted=True, grid=8, window_size=4, d_model=8)
     window = ch07.window_of((5, 2), 8, 4)
     assert int(window.sum()) == 16 and bool(window[4:, :4].all())
     assert torch.equal(ch07.receptive_field(stack, 8, 8, (5, 2)), window)

@@ -3,12 +3,14 @@ and a simulation."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attention.functional import scaled_dot_product_attention
-from measure.memory import PeakMemory, peak_extra_bytes
+from attention.heads import MultiHeadAttention
+from measure.memory import PeakMemory, kv_cache_bytes, peak_extra_bytes
 
 
 def test_peak_memory_of_known_allocations():
@@ -80,3 +82,24 @@ def test_dense_attention_memory_is_quadratic_and_torch_sdpa_linear():
     assert naive >= 2 * scores_bytes  # scores and weights alive at once
     fused = peak_extra_bytes(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))
     assert b * h * n * d * 4 <= fused < scores_bytes  # the output, never the scores
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
+def test_kv_cache_bytes_equals_the_size_of_real_key_value_tensors(num_kv_heads):
+    num_layers, batch_size, seq_len, d_model, num_heads = 3, 2, 7, 32, 4
+    layers = [
+        MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads).to(torch.bfloat16)
+        for _ in range(num_layers)
+    ]
+    x = torch.randn(batch_size, seq_len, d_model, dtype=torch.bfloat16)  # (B, L, D)
+    cached = sum(m.k_proj(x).nbytes + m.v_proj(x).nbytes for m in layers)  # what a cache holds
+    got = kv_cache_bytes(
+        num_layers, num_kv_heads, d_model // num_heads, seq_len, batch_size=batch_size
+    )
+    assert got == cached
+
+
+def test_kv_cache_bytes_realistic_config_and_bad_input():
+    assert kv_cache_bytes(32, 32, 128, 4096) == 2 * 1024**3  # 2 GiB in fp16
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        kv_cache_bytes(32, 0, 128, 4096)

@@ -107,14 +107,14 @@ check("06.4", overflow_scale)
 # %% [markdown]
 # ## Exercise 06.5 — The size of a KV cache
 #
-# Write `kv_cache_bytes(num_layers, batch, num_heads, num_kv_heads, head_dim, seq_len,
+# Write `kv_cache_bytes(num_layers, batch_size, num_heads, num_kv_heads, head_dim, seq_len,
 # bytes_per_element)`: the bytes a decoder's key/value cache holds for `seq_len` positions.
 # The model has `num_heads` query heads and `num_kv_heads` key/value heads (MHA: equal; GQA:
 # fewer; MQA: one).
 
 
 # %%
-def kv_cache_bytes(num_layers, batch, num_heads, num_kv_heads, head_dim, seq_len,
+def kv_cache_bytes(num_layers, batch_size, num_heads, num_kv_heads, head_dim, seq_len,
                    bytes_per_element):  # fmt: skip
     raise NotImplementedError("Exercise 06.5")
 

@@ -17,6 +17,7 @@ import torch
 from attention.functional import safe_softmax
 from attention.masks import causal_mask, padding_mask
 from book.experiments.ch06 import FP16_MAX
+from measure.memory import kv_cache_bytes
 
 from . import CheckFailed, expect_shape, randn, register
 from .helpers import check_formula, expect_tensor
@@ -202,8 +203,11 @@ def _overflow(candidate):
 # --- 06.5 the size of a KV cache ------------------------------------------------------------
 
 
-def _kv_bytes(num_layers, batch, num_heads, num_kv_heads, head_dim, seq_len, bytes_per_element):
-    return 2 * num_layers * batch * num_kv_heads * head_dim * seq_len * bytes_per_element
+def _kv_bytes(num_layers, batch_size, num_heads, num_kv_heads, head_dim, seq_len,
+              bytes_per_element):  # fmt: skip
+    """The exercise's argument order, answered by the book's formula."""
+    return kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=batch_size,
+                          bytes_per_element=bytes_per_element)  # fmt: skip
 
 
 @register("06.5", title="The size of a KV cache")
@@ -214,7 +218,7 @@ def _kv(candidate):
         [
             {
                 "num_layers": 24,
-                "batch": 8,
+                "batch_size": 8,
                 "num_heads": 16,
                 "num_kv_heads": 4,
                 "head_dim": 64,
@@ -223,7 +227,7 @@ def _kv(candidate):
             },
             {
                 "num_layers": 2,
-                "batch": 1,
+                "batch_size": 1,
                 "num_heads": 8,
                 "num_kv_heads": 1,
                 "head_dim": 32,
@@ -232,7 +236,7 @@ def _kv(candidate):
             },
             {
                 "num_layers": 3,
-                "batch": 2,
+                "batch_size": 2,
                 "num_heads": 6,
                 "num_kv_heads": 6,
                 "head_dim": 16,

@@ -249,7 +249,7 @@ def time_impl(fn, q, k, v, d_out):
     return fwd, cuda_time_ms(fwd_bwd)
 
 
-def timing(report: Report, tokens: int, heads: int, d: int = 128) -> None:
+def timing(report: Report, tokens: int, num_heads: int, d: int = 128) -> None:
     from attention.gpu.triton_flash import attention_flops, triton_flash_attention
 
     impls = {"triton": None, "sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION"}
@@ -259,13 +259,13 @@ def timing(report: Report, tokens: int, heads: int, d: int = 128) -> None:
     for causal in (False, True):
         for n in lengths:
             b = max(1, tokens // n)
-            shape = (b, heads, n, d)
+            shape = (b, num_heads, n, d)
             q, k, v = (
                 torch.randn(shape, device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(3)
             )
             d_out = torch.randn(shape, device=DEVICE, dtype=dtype)
-            flops = attention_flops(b, heads, n, n, d, causal=causal)
-            row = {"n": n, "batch": b, "heads": heads, "head_dim": d, "causal": causal}
+            flops = attention_flops(b, num_heads, n, n, d, causal=causal)
+            row = {"n": n, "batch_size": b, "num_heads": num_heads, "head_dim": d, "causal": causal}
             for label, backend in impls.items():
                 try:
                     if label == "triton":
@@ -312,7 +312,7 @@ def timing_line(row) -> str:
         return f"{row[label][key]:6.0f}" if key in row.get(label, {}) else "     -"
 
     return (
-        f"{'causal' if row['causal'] else 'full  '} n={row['n']:5d} B={row['batch']:2d} | "
+        f"{'causal' if row['causal'] else 'full  '} n={row['n']:5d} B={row['batch_size']:2d} | "
         f"fwd TFLOP/s triton {tf('triton', 'fwd_tflops')} flash {tf('sdpa_flash', 'fwd_tflops')}"
         f" cudnn {tf('sdpa_cudnn', 'fwd_tflops')} | fwd+bwd triton "
         f"{tf('triton', 'fwd_bwd_tflops')} flash {tf('sdpa_flash', 'fwd_bwd_tflops')} cudnn "
@@ -491,7 +491,7 @@ def flex_checks(report: Report) -> None:
 # --- phase 7 ------------------------------------------------------------------------------------
 
 
-def sweep(report: Report, heads: int) -> None:
+def sweep(report: Report, num_heads: int) -> None:
     from attention.gpu import triton_flash as tf
 
     base = tf.choose_configs(128, torch.bfloat16)
@@ -520,11 +520,11 @@ def sweep(report: Report, heads: int) -> None:
     results = []
     for causal in (False, True):
         q, k, v = (
-            torch.randn(b, heads, n, d, device=DEVICE, dtype=dtype, requires_grad=True)
+            torch.randn(b, num_heads, n, d, device=DEVICE, dtype=dtype, requires_grad=True)
             for _ in range(3)
         )
         d_out = torch.randn_like(q)
-        flops = tf.attention_flops(b, heads, n, n, d, causal=causal)
+        flops = tf.attention_flops(b, num_heads, n, n, d, causal=causal)
         trials = [("forward", c, tf.FlashConfigs(c, base.dkdv, base.dq)) for c in forward]
         trials += [("dkdv", c, tf.FlashConfigs(base.forward, c, base.dq)) for c in dkdv]
         trials += [("dq", c, tf.FlashConfigs(base.forward, base.dkdv, c)) for c in dq]
@@ -590,12 +590,12 @@ def main() -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "gpu_results.json"))
     parser.add_argument("--budget-s", type=float, default=200.0, help="skip later phases after")
     parser.add_argument("--tokens", type=int, default=16384, help="batch x n in the timings")
-    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--num-heads", type=int, default=16)
     parser.add_argument("--no-sweep", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="CPU + interpreter, toy sizes")
     args = parser.parse_args()
     if SMOKE:
-        args.tokens, args.heads = 64, 2
+        args.tokens, args.num_heads = 64, 2
     elif not torch.cuda.is_available():
         print("gpu_check: no CUDA device")
         return 2
@@ -603,11 +603,11 @@ def main() -> int:
     phases = [
         ("environment", lambda: environment(report), True),
         ("triton correctness", lambda: triton_correctness(report), True),
-        ("timing", lambda: timing(report, args.tokens, args.heads), True),
+        ("timing", lambda: timing(report, args.tokens, args.num_heads), True),
         ("dispatch", lambda: dispatch_checks(report), False),
         ("variants", lambda: variants(report), False),
         ("flex", lambda: flex_checks(report), False),
-        ("sweep", lambda: sweep(report, args.heads), False),
+        ("sweep", lambda: sweep(report, args.num_heads), False),
     ]
     for name, run, essential in phases:
         if name == "sweep" and args.no_sweep:

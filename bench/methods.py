@@ -58,11 +58,12 @@ REFERENCE = {
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """Sizes and budgets of one benchmark run (fp32, batch ``batch``, ``heads`` heads)."""
+    """Sizes and budgets of one benchmark run (fp32, ``batch_size`` sequences, ``num_heads``
+    heads)."""
 
     mode: str
-    batch: int
-    heads: int
+    batch_size: int
+    num_heads: int
     head_dim: int
     lengths: tuple[int, ...]
     window: int  # sliding window w: keys i - w/2 .. i + w/2 (Longformer's w, both sides)
@@ -95,8 +96,8 @@ class BenchConfig:
 
 FULL = BenchConfig(
     mode="full",
-    batch=1,
-    heads=8,
+    batch_size=1,
+    num_heads=8,
     head_dim=64,
     lengths=(512, 1024, 2048, 4096, 8192, 16384),
     window=256,
@@ -117,8 +118,8 @@ FULL = BenchConfig(
 
 QUICK = BenchConfig(
     mode="quick",
-    batch=1,
-    heads=2,
+    batch_size=1,
+    num_heads=2,
     head_dim=32,
     lengths=(64, 128, 256),
     window=32,
@@ -157,13 +158,13 @@ class Method:
 
 def _dense(causal: bool = False) -> Callable[[int, BenchConfig], float]:
     def flops(n: int, c: BenchConfig) -> float:
-        return dense_flops(c.batch, c.heads, n, c.head_dim, causal=causal)
+        return dense_flops(c.batch_size, c.num_heads, n, c.head_dim, causal=causal)
 
     return flops
 
 
 def _band_flops(n: int, c: BenchConfig) -> float:
-    return pair_flops(c.batch, c.heads, c.head_dim, band_pairs(n, c.left, c.right))
+    return pair_flops(c.batch_size, c.num_heads, c.head_dim, band_pairs(n, c.left, c.right))
 
 
 def _bigbird_layout(n: int, c: BenchConfig) -> Tensor:
@@ -173,18 +174,18 @@ def _bigbird_layout(n: int, c: BenchConfig) -> Tensor:
 
 def _bigbird_flops(n: int, c: BenchConfig) -> float:
     pairs = int(block_layout_to_mask(_bigbird_layout(n, c), c.block_size, n, n).sum())
-    return pair_flops(c.batch, c.heads, c.head_dim, pairs)
+    return pair_flops(c.batch_size, c.num_heads, c.head_dim, pairs)
 
 
 def _linear_flops(n: int, c: BenchConfig) -> float:
-    return linear_attention_flops(c.batch, c.heads, n, c.head_dim)
+    return linear_attention_flops(c.batch_size, c.num_heads, n, c.head_dim)
 
 
 def _probsparse_flops(n: int, c: BenchConfig) -> float:
     """Scores of the ``u`` selected queries against every key, plus the ``n × U`` sampled
     scores of the ranking (one product, half the pair cost)."""
     n_top, n_sample = n_selected(n, 5), n_selected(n, 5)
-    return pair_flops(c.batch, c.heads, c.head_dim, n_top * n + (n * n_sample) // 2)
+    return pair_flops(c.batch_size, c.num_heads, c.head_dim, n_top * n + (n * n_sample) // 2)
 
 
 def _sdpa(n, c):
@@ -318,7 +319,7 @@ def methods_by_name() -> dict[str, Method]:
 def make_inputs(n: int, config: BenchConfig, *, requires_grad: bool) -> tuple[Tensor, ...]:
     """Seeded ``q, k, v`` ``(B, H, n, d)`` and, for the backward, an upstream gradient."""
     generator = torch.Generator().manual_seed(n)
-    shape = (config.batch, config.heads, n, config.head_dim)
+    shape = (config.batch_size, config.num_heads, n, config.head_dim)
     q, k, v, grad_out = (
         torch.randn(shape, generator=generator, dtype=config.dtype) for _ in range(4)
     )

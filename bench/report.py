@@ -318,8 +318,8 @@ def write_plot(results: dict, path: str | Path) -> None:
         handles, labels = axes[0, 0].get_legend_handles_labels()
         cfg = results["config"]
         fig.suptitle(
-            f"bench ({results['mode']} mode): {cfg['dtype']}, batch {cfg['batch']}, "
-            f"{cfg['heads']} heads, head dim {cfg['head_dim']}, "
+            f"bench ({results['mode']} mode): {cfg['dtype']}, batch {cfg['batch_size']}, "
+            f"{cfg['num_heads']} heads, head dim {cfg['head_dim']}, "
             f"{results['environment']['torch_threads']} threads"
         )
         fig.legend(handles, labels, loc="lower center", ncol=5)

@@ -325,8 +325,8 @@ def run_benchmark(config: BenchConfig, *, log: Callable[[str], None] = _log) -> 
         "schema": SCHEMA,
         "mode": config.mode,
         "config": {
-            "batch": config.batch,
-            "heads": config.heads,
+            "batch_size": config.batch_size,
+            "num_heads": config.num_heads,
             "head_dim": config.head_dim,
             "dtype": str(config.dtype).removeprefix("torch."),
             "lengths": list(config.lengths),

@@ -60,6 +60,7 @@ from book.experiments.ch01 import (
     assert_c2_depth_grows_with_n,
     assert_c3_attention_and_control_solve,
     assert_c4_paths,
+    c1_verdict,
     c3_verdict,
     signal_batch,
     unrolled_lstm,
@@ -75,6 +76,7 @@ from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.training import fit, moving_average, train_classifier
 from book.plotting import plot_attention, plot_bar_spread, plot_lines, reference_line, set_style
 from book.progress import progress
+from book.sceptic import sweep_summary
 from measure.timing import time_forward
 
 set_style()
@@ -275,17 +277,19 @@ lstm_rate, lstm_ratio = summary["LSTM"]
 open_rate, open_ratio = summary["LSTM, forget bias +3"]
 gru_rate, gru_ratio = summary["GRU"]
 attn_rate, attn_ratio = summary["self-attention"]
-assert rnn_ratio < 1e-50 and lstm_ratio < 1e-30 and gru_ratio < 1e-30  # dozens of orders
-assert rnn_rate < lstm_rate < open_rate < 1.0  # gating slows the decay ...
-assert 1e-6 < open_ratio < 1e-1  # ... but even a wide-open gate loses orders of magnitude
-assert 0.5 < attn_ratio < 2.0 and 0.99 < attn_rate < 1.01  # attention: flat in distance
+# The thresholds are the claim's reading (book.experiments.ch01, C1_*): dozens of orders lost
+# by the plain RNN, the LSTM and the GRU; a slower per-step decay for the open gate, which
+# still loses an order of magnitude; a flat attention layer.
+c1 = c1_verdict(summary, eased="LSTM, forget bias +3", seq_len=SEQ_LEN)
+print("C1:", c1)
 record_claim(
     "C1",
     claim="Information from far back decays with distance in an RNN; LSTM gating eases but "
     "does not cure it",
     experiment="‖∂y_499/∂x_j‖ vs distance at init, L=500, width 32, float64: RNN, GRU, LSTM, "
-    "LSTM with forget bias +3, one self-attention layer",
-    verdict="reproduced",
+    "LSTM with forget bias +3, one self-attention layer; sceptic's sweep: seeds 1 and 2, "
+    "forget bias +5, an identity-initialised ReLU RNN, L=200",
+    verdict=c1,
     measured=f"far/near gradient (d 400–499 vs 1–10): RNN {rnn_ratio:.0e}, GRU "
     f"{gru_ratio:.0e}, LSTM {lstm_ratio:.0e}, LSTM open gate {open_ratio:.0e}, attention "
     f"{attn_ratio:.2f}; per-step factor {rnn_rate:.2f} / {gru_rate:.2f} / {lstm_rate:.2f} / "
@@ -293,20 +297,45 @@ record_claim(
 )
 
 # %% [markdown]
-# **Verdict: reproduced.** Every recurrent model's sensitivity falls exponentially with
-# distance — the plain RNN's fastest, until its squared gradient underflows even float64. The
-# default LSTM
-# and GRU decay more slowly, and an LSTM whose forget gate is held open decays much more
-# slowly still, yet still loses orders of magnitude over 500 steps: gating *eases* the
-# problem, it does not remove it. The attention layer's curve is flat: its output depends on
-# a token 499 positions back as much as on its neighbour (only its own token, at distance 0,
-# stands out). The zoom shows that the flat level is low — an untrained layer spreads its
-# weight evenly over 500 tokens, so each gets about 1/500 — but low is not vanishing: it is
-# the same at every distance, and training can raise it for the tokens that matter (section
-# 1.4 shows by how much). Two caveats keep us honest. These are untrained networks —
-# training can learn to hold gates open, which is exactly what LSTMs were designed for;
-# section 1.4 tests whether it does within a realistic budget. And a flat gradient only says
-# that attention *can* use a distant token; whether it *does* is up to the weights it learns.
+# A sceptic would ask whether this picture depends on the choices made here. The seed is
+# one; the gate's opening is another: the +3 is ours, section 1.4 uses +5 as its remedy, and
+# an RNN whose recurrent weights start as the identity (Le, Jaitly and Hinton's IRNN, 2015)
+# is the other well-known way to start a network with a long memory. And the distance is the
+# claim's own knob. So the same measurement and the same verdict function were re-run on two
+# other seeds, with the forget-gate bias raised by 5 (on two seeds), with an IRNN in the
+# open gate's place, and on shorter sequences (`python -m book.sceptic --chapter 01 --claim
+# C1`; since the claim is an exponential decay, over a shorter distance the thresholds, in
+# orders of magnitude, shrink in proportion). The cell prints the stored results: for each
+# setting, the far/near ratio and the per-step factor of the plain RNN, GRU, LSTM, the eased
+# model and attention.
+
+# %% tags=["nbval-check-output"]
+print(sweep_summary("C1"))
+
+# %% [markdown]
+# **Verdict: reproduced, for the default initialisations and an LSTM whose forget gate is
+# opened by +3; "does not cure" fails for the stronger remedies.** Every recurrent model's
+# sensitivity at torch's initialisation falls exponentially with distance — the plain RNN's
+# fastest, until its squared gradient underflows even float64 — on every seed and at both
+# lengths. The default LSTM and GRU decay more slowly, and an LSTM whose forget gate is held
+# open by +3 much more slowly still, yet still loses orders of magnitude over 500 steps:
+# there gating *eases* the problem without removing it. But open the gate further, by +5, and
+# at initialisation the far gradient is no longer orders of magnitude below the near one: on
+# one seed it is about half of it, on another it grows with distance. The IRNN, which has no
+# gate at all, is just as flat. So "does not cure" is a statement about how a network
+# starts, not about recurrence itself: a recurrent network *can* start out passing a
+# distant token's gradient undiminished, if it is initialised to. What the remedy costs
+# is a different question — whether training then uses that memory within a budget, which
+# section 1.4 tests on a task.
+#
+# The attention layer's curve is flat: its output depends on a token 499 positions back as
+# much as on its neighbour (only its own token, at distance 0, stands out). The zoom shows
+# that the flat level is low — an untrained layer spreads its weight evenly over 500 tokens,
+# so each gets about 1/500 — but low is not vanishing: it is the same at every distance, and
+# training can raise it for the tokens that matter (section 1.4 shows by how much). Two
+# caveats keep us honest. These are untrained networks — training can learn to hold gates
+# open, which is exactly what LSTMs were designed for. And a flat gradient only says that
+# attention *can* use a distant token; whether it *does* is up to the weights it learns.
 
 # %% [markdown]
 # ## 1.3 One step at a time: no parallelism over time (C2)
@@ -952,8 +981,10 @@ claims_table()
 # - A recurrent network carries everything through one state, one update per token: token 0
 #   reaches position $t$ only through $t$ updates.
 # - The gradient linking a distant input to an output is a product of one Jacobian per step,
-#   so it shrinks (or explodes) exponentially with distance. LSTM and GRU gates slow the
-#   decay — an open forget gate a lot — but over 500 steps it remains orders of magnitude.
+#   so it shrinks (or explodes) exponentially with distance. At torch's initialisation LSTM
+#   and GRU gates slow the decay, and a forget gate opened by +3 slows it a lot, yet over 500
+#   steps it remains orders of magnitude. A gate opened by +5, or an identity-initialised RNN,
+#   starts out with no such loss: the decay depends on how a network starts.
 # - An RNN needs $n$ rounds one after another however it is implemented (a Python loop or a
 #   fused kernel); one attention layer needs one round at every length. That is a statement
 #   about parallelism, not about total work: attention does $O(n^2)$ work, which a small CPU

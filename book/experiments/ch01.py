@@ -1,5 +1,10 @@
 """Experiments of chapter 1: what an RNN cannot do that one attention layer can.
 
+- C1, :func:`c1_summary`, :func:`c1_verdict`: how much the output at the last position
+  depends on inputs far back (the fitted per-step factor of the gradient and the far/near
+  ratio) for freshly initialised recurrent models and one attention layer, and the verdict
+  those numbers give; ``SCEPTIC_SWEEPS`` re-runs it on other seeds, initialisations and
+  lengths.
 - C3, :func:`signal_batch`, :class:`LSTMClassifier`: a length-500 classification task whose
   label is one "signal" token hidden among distractors, at the start (far from the read-out)
   or at the end (next to it), and the LSTM that competes on it with an attention classifier
@@ -25,7 +30,17 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from attention.checks import check_float, check_positive_int, check_rank, check_tensor
+from attention.checks import (
+    check_choice,
+    check_float,
+    check_positive_int,
+    check_rank,
+    check_tensor,
+)
+from attention.dispatch import torch_sdpa
+from attention.heads import MultiHeadAttention
+from book.experiments.gradients import gradient_vs_distance
+from book.sceptic import Outcome, Perturbation, Sweep
 
 Tensor = torch.Tensor
 
@@ -262,3 +277,189 @@ def c3_verdict(default: dict[str, Sequence[float]], tuned: dict[str, Sequence[fl
     if any(r == len(accs) for r, accs in zip(rescued, tuned.values(), strict=True)):
         return "not reproduced"
     return "partly"
+
+
+# ------------------------------------------------------------------------------------------
+# C1: gradients against distance at initialisation
+# ------------------------------------------------------------------------------------------
+
+# C1's thresholds, the chapter's reading of the claim at its length of 500 tokens, in orders of
+# magnitude between the gradient far away (the last 100 distances) and close by (distances
+# 1-10). "Decays with distance": the plain RNN loses at least 50 orders, the default LSTM and
+# GRU at least 30 ("dozens"). "Gating eases": per-step factors RNN < LSTM < eased model, and
+# the eased model keeps its far gradient within 6 orders of its near one. "Does not cure": the
+# eased model still decays (per-step factor below 1) and loses at least one order. Attention,
+# the reference, is flat: far/near within a factor of 2 and per-step factor 1 ± 0.01.
+C1_SEQ_LEN = 500
+C1_NEAR = (1, 10)  # distances of the "near" band
+C1_FAR = 100  # the "far" band: the last C1_FAR distances, L - 100 .. L - 1
+C1_RNN_RATIO = 1e-50
+C1_GATED_RATIO = 1e-30
+C1_EASED_RATIO = (1e-6, 1e-1)
+C1_ATTENTION_RATIO = (0.5, 2.0)
+C1_ATTENTION_RATE = (0.99, 1.01)
+C1_PLAIN = ("RNN (tanh)", "GRU", "LSTM")  # the recurrent models at torch's initialisation
+C1_ATTENTION = "self-attention"
+
+
+def _band_gap(seq_len: int) -> float:
+    """Mean distance of the far band minus that of the near band, for sequences of ``seq_len``."""
+    far = (seq_len - C1_FAR + seq_len - 1) / 2
+    return far - sum(C1_NEAR) / 2
+
+
+def c1_ratio_threshold(threshold: float, seq_len: int) -> float:
+    """A far/near threshold of the chapter's length, moved to ``seq_len``: the claim is an
+    exponential decay, so the orders of magnitude scale with the distance between the bands."""
+    return threshold ** (_band_gap(seq_len) / _band_gap(C1_SEQ_LEN))
+
+
+def c1_verdict(
+    summary: dict[str, tuple[float, float]], *, eased: str, seq_len: int = C1_SEQ_LEN
+) -> str:
+    """C1's verdict from ``summary[name] = (per-step factor, far/near ratio)``.
+
+    ``summary`` must hold the models of :data:`C1_PLAIN`, :data:`C1_ATTENTION` and ``eased``,
+    the model whose initialisation is meant to ease the decay (an LSTM with a raised
+    forget-gate bias, an identity-initialised RNN). Thresholds: the ``C1_*`` constants, for
+    ``seq_len`` tokens (:func:`c1_ratio_threshold`).
+
+    - ``"not reproduced"``: a plain recurrent model does not lose dozens of orders of
+      magnitude (no decay to ease), or attention, the reference, is not flat;
+    - ``"partly"``: the decay is there, but the eased model either does not decay more slowly
+      than the default LSTM ("eases" fails) or no longer loses an order of magnitude ("does
+      not cure" fails);
+    - ``"reproduced"``: all of it holds.
+    """
+    missing = sorted({*C1_PLAIN, C1_ATTENTION, eased} - set(summary))
+    if missing:
+        raise ValueError(f"summary must hold {missing}, got {sorted(summary)}")
+    seq_len = check_positive_int("seq_len", seq_len)
+    if seq_len <= C1_FAR + max(C1_NEAR):
+        raise ValueError(f"seq_len must exceed {C1_FAR + max(C1_NEAR)}, got {seq_len}")
+    rnn_rate, rnn_ratio = summary["RNN (tanh)"]
+    lstm_rate, _ = summary["LSTM"]
+    eased_rate, eased_ratio = summary[eased]
+    attn_rate, attn_ratio = summary[C1_ATTENTION]
+    decays = rnn_ratio < c1_ratio_threshold(C1_RNN_RATIO, seq_len) and all(
+        summary[name][1] < c1_ratio_threshold(C1_GATED_RATIO, seq_len) for name in C1_PLAIN[1:]
+    )
+    flat = (
+        C1_ATTENTION_RATIO[0] < attn_ratio < C1_ATTENTION_RATIO[1]
+        and C1_ATTENTION_RATE[0] < attn_rate < C1_ATTENTION_RATE[1]
+    )
+    if not (decays and flat):
+        return "not reproduced"
+    low, high = (c1_ratio_threshold(t, seq_len) for t in C1_EASED_RATIO)
+    eases = rnn_rate < lstm_rate < eased_rate and eased_ratio > low
+    not_cured = eased_rate < 1.0 and eased_ratio < high
+    return "reproduced" if eases and not_cured else "partly"
+
+
+def c1_eased_name(eased: str, forget_bias: float) -> str:
+    """The name :func:`c1_summary` gives the eased model: ``"LSTM, forget bias +3"``, ``"IRNN"``."""
+    eased = check_choice("eased", eased, ("lstm", "irnn"))
+    return "IRNN" if eased == "irnn" else f"LSTM, forget bias +{forget_bias:g}"
+
+
+def c1_summary(
+    *, seed: int, seq_len: int, forget_bias: float, eased: str, width: int = 32
+) -> dict[str, tuple[float, float]]:
+    """Chapter 1's C1 measurement: ``name -> (per-step factor, far/near ratio)``.
+
+    Freshly initialised (``torch.manual_seed(seed)``, in the chapter's order) ``nn.RNN``,
+    ``nn.GRU``, ``nn.LSTM``, an LSTM whose forget-gate bias is raised by ``forget_bias`` and
+    one 4-head self-attention layer of width ``width``, in float64, on random inputs
+    ``(2, seq_len, width)``; with ``eased="irnn"`` also a ReLU RNN whose recurrent weights are
+    the identity and biases zero (Le, Jaitly and Hinton, 2015), drawn after the others so that
+    they stay the same. ``‖∂y_{L-1}/∂x_j‖`` from 8 Hutchinson probes (generator seed 1); the
+    per-step factor is fitted over distances 1-60, the ratio is the mean over the far band
+    (the last :data:`C1_FAR` distances) divided by the mean over :data:`C1_NEAR`. Names:
+    :data:`C1_PLAIN`, :data:`C1_ATTENTION` and :func:`c1_eased_name`'s.
+    """
+    eased = check_choice("eased", eased, ("lstm", "irnn"))
+    seq_len = check_positive_int("seq_len", seq_len)
+    if seq_len <= C1_FAR + max(C1_NEAR):
+        raise ValueError(f"seq_len must exceed {C1_FAR + max(C1_NEAR)}, got {seq_len}")
+    torch.manual_seed(seed)
+    open_gate = c1_eased_name("lstm", forget_bias)
+    recurrent = {
+        "RNN (tanh)": nn.RNN(width, width, batch_first=True),
+        "GRU": nn.GRU(width, width, batch_first=True),
+        "LSTM": nn.LSTM(width, width, batch_first=True),
+        open_gate: nn.LSTM(width, width, batch_first=True),
+    }
+    with torch.no_grad():  # torch orders the LSTM gates (input, forget, cell, output)
+        recurrent[open_gate].bias_ih_l0[width : 2 * width] += forget_bias
+    attention = MultiHeadAttention(width, 4, attn_fn=torch_sdpa).double()
+    x = torch.randn(2, seq_len, width, dtype=torch.float64)  # (B, L, D)
+    if eased == "irnn":
+        irnn = nn.RNN(width, width, nonlinearity="relu", batch_first=True)
+        with torch.no_grad():
+            irnn.weight_hh_l0.copy_(torch.eye(width))
+            irnn.bias_hh_l0.zero_()
+            irnn.bias_ih_l0.zero_()
+        recurrent["IRNN"] = irnn
+    models = {name: _outputs_of(m.double()) for name, m in recurrent.items()}
+    models[C1_ATTENTION] = attention
+    summary = {}
+    for name, fn in models.items():
+        p = gradient_vs_distance(fn, x, n_probes=8, generator=torch.Generator().manual_seed(1))
+        near, far = p.band_mean(*C1_NEAR), p.band_mean(seq_len - C1_FAR, seq_len - 1)
+        summary[name] = (p.decay_per_step(1, 60), far / near)
+    return summary
+
+
+def _outputs_of(rnn: nn.Module):
+    return lambda z: rnn(z)[0]  # (B, L, H): the outputs, without the final state
+
+
+def c1_sweep_run(*, seed: int, seq_len: int, forget_bias: float, eased: str) -> Outcome:
+    """Measure C1 with :func:`c1_summary` and judge it with :func:`c1_verdict`; the numbers are
+    the eased model's name and each model's far/near ratio and per-step factor."""
+    summary = c1_summary(seed=seed, seq_len=seq_len, forget_bias=forget_bias, eased=eased)
+    name = c1_eased_name(eased, forget_bias)
+    order = [*C1_PLAIN, name, C1_ATTENTION]
+    numbers = {
+        "eased": name,
+        "far/near (RNN, GRU, LSTM, eased, attention)": ", ".join(
+            f"{summary[m][1]:.2g}" for m in order
+        ),
+        "per step": ", ".join(f"{summary[m][0]:.3f}" for m in order),
+        "per model": [
+            {"model": m, "per_step": round(rate, 4), "far_near": float(f"{ratio:.4g}")}
+            for m, (rate, ratio) in summary.items()
+        ],
+    }
+    return Outcome(c1_verdict(summary, eased=name, seq_len=seq_len), numbers)
+
+
+# The changes C1's verdict is re-run under: the chapter shows seed 0, 500 tokens and an LSTM
+# whose forget-gate bias is raised by 3 as the model that eases the decay.
+SCEPTIC_SWEEPS = (
+    Sweep(
+        "C1",
+        run=c1_sweep_run,
+        baseline={"seed": 0, "seq_len": C1_SEQ_LEN, "forget_bias": 3.0, "eased": "lstm"},
+        perturbations=(
+            Perturbation("seed 1", "another seed for every model and the inputs", {"seed": 1}),
+            Perturbation("seed 2", "another seed for every model and the inputs", {"seed": 2}),
+            Perturbation(
+                "forget bias +5",
+                "the eased LSTM's forget-gate bias raised by 5 (section 1.4's remedy), not 3",
+                {"forget_bias": 5.0},
+            ),
+            Perturbation(
+                "forget bias +5, seed 1",
+                "the same on another seed",
+                {"forget_bias": 5.0, "seed": 1},
+            ),
+            Perturbation(
+                "IRNN",
+                "an identity-initialised ReLU RNN (Le et al., 2015) as the eased model",
+                {"eased": "irnn"},
+            ),
+            Perturbation("L 200", "shorter sequences (the claim's own knob)", {"seq_len": 200}),
+        ),
+    ),
+)

@@ -11,11 +11,15 @@ from hypothesis import strategies as st
 from torch import nn
 
 from book.experiments.ch01 import (
+    C1_SEQ_LEN,
     C3_USES_SIGNAL,
     LSTMClassifier,
     assert_c2_depth_grows_with_n,
     assert_c3_attention_and_control_solve,
     assert_c4_paths,
+    c1_ratio_threshold,
+    c1_summary,
+    c1_verdict,
     c3_verdict,
     signal_batch,
     unrolled_lstm,
@@ -234,3 +238,75 @@ def test_c3_verdict_follows_the_seeds():
     assert c3_verdict({"LSTM 32": [C3_USES_SIGNAL, 0.3, 0.3]}, {}) == "not reproduced"
     with pytest.raises(ValueError, match="default"):
         c3_verdict({}, {"forget +5": chance})
+
+
+# ------------------------------------------------------------------------------------------
+# C1's verdict
+# ------------------------------------------------------------------------------------------
+
+OPEN = "LSTM, forget bias +3"
+
+
+def _c1(**changes: tuple[float, float]) -> dict[str, tuple[float, float]]:
+    """The chapter's picture at 500 tokens: (per-step factor, far/near ratio) per model."""
+    summary = {
+        "RNN (tanh)": (0.43, 1e-146),
+        "GRU": (0.62, 2e-85),
+        "LSTM": (0.60, 7e-88),
+        OPEN: (0.97, 5e-3),
+        "self-attention": (1.001, 1.02),
+    }
+    return summary | changes
+
+
+def test_c1_verdict_reproduced_on_the_chapters_picture():
+    assert c1_verdict(_c1(), eased=OPEN) == "reproduced"
+
+
+def test_c1_verdict_partly_when_the_eased_model_is_cured_or_does_not_ease():
+    # An open gate that keeps half the gradient over 500 steps: "does not cure" fails.
+    assert c1_verdict(_c1(**{OPEN: (0.998, 0.48)}), eased=OPEN) == "partly"
+    # ... or one whose gradient grows with distance (forget bias +5 on seed 1).
+    assert c1_verdict(_c1(**{OPEN: (1.006, 24.0)}), eased=OPEN) == "partly"
+    # An IRNN as the eased model, flat like attention.
+    assert c1_verdict(_c1(IRNN=(0.999, 0.49)), eased="IRNN") == "partly"
+    # A raised bias that decays as fast as the default LSTM: "eases" fails.
+    assert c1_verdict(_c1(**{OPEN: (0.59, 1e-80)}), eased=OPEN) == "partly"
+
+
+def test_c1_verdict_not_reproduced_without_decay_or_without_a_flat_reference():
+    # A plain RNN that keeps its far gradient: no decay to ease.
+    assert c1_verdict(_c1(**{"RNN (tanh)": (0.99, 1e-2)}), eased=OPEN) == "not reproduced"
+    # A default LSTM losing only a few orders is not "dozens".
+    assert c1_verdict(_c1(LSTM=(0.9, 1e-10)), eased=OPEN) == "not reproduced"
+    # Attention that decays too: the measurement does not separate the models.
+    flat_fails = _c1(**{"self-attention": (0.95, 1e-5)})
+    assert c1_verdict(flat_fails, eased=OPEN) == "not reproduced"
+
+
+def test_c1_thresholds_scale_with_the_distance():
+    assert c1_ratio_threshold(1e-50, C1_SEQ_LEN) == pytest.approx(1e-50)
+    shorter = c1_ratio_threshold(1e-50, 200)
+    assert 1e-50 < shorter < 1e-10  # fewer orders over a shorter distance
+    # 1e-37 over 200 tokens is the same decay per step as about 1e-114 over 500.
+    short = _c1(**{"RNN (tanh)": (0.43, 1e-37), "GRU": (0.63, 8e-22), "LSTM": (0.61, 1e-22)})
+    short[OPEN] = (0.98, 0.085)
+    assert c1_verdict(short, eased=OPEN, seq_len=200) == "reproduced"
+    assert c1_verdict(short, eased=OPEN) == "not reproduced"  # judged as if over 500 tokens
+
+
+def test_c1_verdict_rejects_a_summary_without_its_models():
+    with pytest.raises(ValueError, match="IRNN"):
+        c1_verdict(_c1(), eased="IRNN")
+    with pytest.raises(ValueError, match="seq_len"):
+        c1_verdict(_c1(), eased=OPEN, seq_len=50)
+
+
+def test_c1_summary_measures_what_the_verdict_reads():
+    summary = c1_summary(seed=0, seq_len=120, forget_bias=3.0, eased="irnn", width=8)
+    assert set(summary) == {"RNN (tanh)", "GRU", "LSTM", OPEN, "IRNN", "self-attention"}
+    rate, ratio = summary["IRNN"]
+    assert 0.95 < rate < 1.05 and ratio > 1e-2  # the identity keeps the gradient
+    assert summary["RNN (tanh)"][1] < summary[OPEN][1]
+    with pytest.raises(ValueError, match="eased"):
+        c1_summary(seed=0, seq_len=120, forget_bias=3.0, eased="gru")

@@ -49,12 +49,18 @@ from book.diagrams.ch02 import five_steps
 from book.experiments.ch02 import (
     RetrievalModel,
     assert_c7_plateau,
+    c5_verdict,
+    c6_evidence,
+    c6_verdict,
     c7_verdict,
     dot_product_scores,
-    dot_product_stats,
+    s21_verdict,
+    saturation_by_width,
     saturation_stats,
+    shared_qk_evidence,
     softmax_jacobian,
     train_retrieval,
+    variance_table,
 )
 from book.experiments.seeds import make_deterministic
 from book.experiments.training import first_step_below, moving_average
@@ -193,45 +199,49 @@ fig.tight_layout()
 # The left matrix is symmetric about its diagonal, and the diagonal is where each row's
 # largest score tends to sit (the two *the* tokens, having identical embeddings, score each
 # other exactly as high as themselves); the right one has neither property. One sentence is
-# an anecdote, so we measure over 500 random "sentences" of 10 tokens: how often is a
-# token's highest score the one with itself?
-
+# an anecdote, so we measure over 500 random "sentences" of 10 tokens, each with its own
+# token vectors and projections (`shared_qk_evidence`): how often is a token's highest score
+# the one with itself, and are the scores symmetric? The claim's thresholds, fixed before the
+# run, are named constants beside `s21_verdict` in `book.experiments.ch02`: symmetric up to
+# rounding, the token itself on top in most rows with one projection, and not much more
+# often than chance with two.
 
 # %%
-def self_match_rate(n_sentences: int, shared: bool, seed: int) -> float:
-    """Fraction of rows whose highest score is on the diagonal, random x and projections."""
-    g = torch.Generator().manual_seed(seed)
-    x_rand = torch.randn(n_sentences, 10, d_model, generator=g)  # (S, L, d_model)
-    w_q = torch.randn(n_sentences, d_model, d_k, generator=g) / math.sqrt(d_model)  # (S, D, d_k)
-    w_k = (
-        w_q if shared else torch.randn(n_sentences, d_model, d_k, generator=g) / math.sqrt(d_model)
-    )
-    scores = (x_rand @ w_q) @ (x_rand @ w_k).transpose(-2, -1)  # (S, L, L)
-    return float((scores.argmax(-1) == torch.arange(10)).float().mean())
-
-
-rate_shared = self_match_rate(500, shared=True, seed=1)
-rate_separate = self_match_rate(500, shared=False, seed=1)
+shared_qk = shared_qk_evidence(500, seq_len=len(tokens), d_model=d_model, d_k=d_k, seed=1)
+rate_shared, rate_separate = shared_qk.rate_shared, shared_qk.rate_separate
 print(f"top match is the token itself: shared {rate_shared:.0%}, separate {rate_separate:.0%}")
 
 # %%
-assert torch.allclose(scores_shared, scores_shared.T, atol=1e-5)  # symmetric, as derived
-assert not torch.allclose(scores_separate, scores_separate.T, atol=1e-2)
-assert rate_shared > 0.6 and rate_separate < 0.2  # chance level is 1/10
 record_claim(
     "§2.1 shared Q/K",
     claim="With one projection for queries and keys, scores are symmetric and a token's "
     "strongest match tends to be itself; separate W_Q, W_K remove both constraints",
     experiment="random x (10 tokens, d_model 16, d_k 8) and random projections, 500 sentences",
-    verdict="reproduced",
+    verdict=s21_verdict([shared_qk]),
     measured=f"self is the top match in {rate_shared:.0%} of rows (shared) vs "
     f"{rate_separate:.0%} (separate; chance 10%); shared scores symmetric",
 )
 
 # %% [markdown]
-# **Verdict: reproduced.** A shared projection makes the score matrix symmetric (exactly, up
-# to rounding) and makes "myself" the top match in most rows; with separate projections the
-# diagonal wins about as often as chance (one row in ten).
+# The symmetry is algebra and cannot fail; how often "myself" wins is a measurement, and it
+# depends on the sizes we picked. A sceptic would change them: other seeds, a narrower or a
+# wider projection, a narrower model, longer sentences. Each change was run once and judged
+# by the same thresholds (`make sceptic CH=02`); this cell prints the stored results:
+
+# %% tags=["nbval-check-output"]
+print(sweep_summary("§2.1 shared Q/K"))
+
+# %% [markdown]
+# **Verdict: reproduced at the chapter's sizes, and the direction of the effect everywhere.**
+# A shared projection makes the score matrix symmetric (exactly, up to rounding) and makes
+# "myself" the top match in most rows; with separate projections the diagonal wins about as
+# often as chance (one row in ten). That held for every seed and grew stronger with a wider
+# projection. Why it depends on width: a token's score with itself is its squared length,
+# while its score with another token shrinks with the angle between them, and in few
+# dimensions random vectors are seldom near right angles. So with a very narrow projection,
+# with a model narrower than the projection, or with longer sentences (more rivals per row)
+# "myself" still wins far more often than chance but no longer in most rows: the claim's
+# "tends to" holds, its strength does not.
 
 # %% [markdown]
 # ## 2.3 The whole computation in five steps
@@ -378,18 +388,15 @@ print(f"L = 512: loop over queries {t_loop * 1e3:.1f} ms, matrix form {t_matrix 
 # The standard deviation of a score therefore grows like $\sqrt{d_k}$: about 8 for $d_k = 64$,
 # about 23 for $d_k = 512$. Dividing by $\sqrt{d_k}$ brings the variance back to exactly 1,
 # whatever the width. Nothing in the argument needs a Gaussian: any zero-mean, unit-variance,
-# independent components will do, so we test three distributions.
+# independent components will do, so we test three distributions. The verdict
+# (`c5_verdict`) asks, of every distribution and width, that the measured variance be within
+# 5 % of $d_k$ and the mean within four standard errors of 0 (its thresholds are named
+# constants beside it in `book.experiments.ch02`).
 
 # %%
 D_KS = (16, 64, 256, 1024)
 DISTRIBUTIONS = ("normal", "uniform", "rademacher")
-variance_stats = {
-    (dist, d): dot_product_stats(
-        d, 20_000, distribution=dist, generator=torch.Generator().manual_seed(d)
-    )
-    for dist in DISTRIBUTIONS
-    for d in D_KS
-}
+variance_stats = variance_table(D_KS, DISTRIBUTIONS, 20_000)  # (distribution, d_k) -> stats
 
 # %% tags=["nbval-check-output"]
 print(f"{'distribution':>12} {'d_k':>5} {'Var(q·k)':>9} {'Var/d_k':>8} {'Var(q·k/√d_k)':>14}")
@@ -399,16 +406,12 @@ for (dist, d), s in variance_stats.items():
 # %%
 worst_unscaled = max(abs(s.var / s.d_k - 1) for s in variance_stats.values())
 worst_scaled = max(abs(s.scaled_var - 1) for s in variance_stats.values())
-for s in variance_stats.values():
-    assert abs(s.var / s.d_k - 1) < 0.05, s  # Var(q·k) within 5 % of d_k (20k samples: ~1 % noise)
-    assert abs(s.scaled_var - 1) < 0.05, s  # ≈ 1 after dividing by sqrt(d_k)
-    assert abs(s.mean) < 4 * math.sqrt(s.d_k / s.n_samples), s  # mean 0 within 4 standard errors
 record_claim(
     "C5",
     claim="If q, k have i.i.d. zero-mean unit-variance components, q·k has mean 0 and variance d_k",
     experiment="20,000 random pairs per d_k in {16, 64, 256, 1024}, normal, uniform and ±1 "
     "components",
-    verdict="reproduced",
+    verdict=c5_verdict(list(variance_stats.values())),
     measured=f"Var(q·k)/d_k within {worst_unscaled:.1%} of 1 in all 12 cases; after /√d_k "
     f"the variance is within {worst_scaled:.1%} of 1",
 )
@@ -458,9 +461,23 @@ plot_lines(
 fig.tight_layout()
 
 # %% [markdown]
+# Twelve cases on one set of seeds could still be lucky, and the widths and distributions
+# are ours. The sceptic's changes: other seeds, the narrowest heads, a wider one, and
+# components that are skewed and heavy-tailed (exp(1) − 1: mean 0, variance 1, but nothing
+# like a Gaussian), alone and in the narrowest heads. The stored results:
+
+# %% tags=["nbval-check-output"]
+print(sweep_summary("C5"))
+
+# %% [markdown]
 # **Verdict on C5: reproduced.** The measured variance tracks $d_k$ within a couple of
 # percent for all three distributions (the table above), and the scaled score has variance 1
-# at every width.
+# at every width. It survives the sweep: other seeds, a wider head and skewed components give
+# the same answer. The one miss is sampling noise, not the derivation: with a single
+# component ($d_k = 1$) the product of two Gaussians is heavy-tailed, so 20,000 samples pin
+# its variance down less tightly than the tolerance assumes, and one such case lands just
+# outside it. The sum over many components averages that away, which is why every width the
+# chapter uses passes.
 #
 # A practical footnote: the derivation assumes unit-variance $q_i$ and $k_i$. If the
 # components have variances $\sigma_q^2$ and $\sigma_k^2$ instead, the same two lines give
@@ -568,15 +585,16 @@ fig.tight_layout()
 # for C7.
 #
 # The same measurement with scores that really are dot products of random vectors, at the
-# four widths of C5, unscaled and scaled:
+# four widths of C5, unscaled and scaled. The verdict (`c6_verdict`, thresholds named beside
+# it in `book.experiments.ch02`) is judged at the widest head and splits the claim in its
+# parts: the unscaled softmax is near one-hot; the typical row's Jacobian (the median) is
+# under a hundredth of the scaled one; with the scale the scores have unit spread and the
+# same softmax at every width. For the whole claim the *average* Jacobian over rows, which is
+# what a batch's gradient adds up, must shrink clearly too; without that, only part of it
+# holds.
 
 # %%
-gen = torch.Generator().manual_seed(6)
-saturation = {
-    (d, scaled): saturation_stats(dot_product_scores(256, N_KEYS, d, scaled=scaled, generator=gen))
-    for d in D_KS
-    for scaled in (False, True)
-}
+saturation = saturation_by_width(256, N_KEYS, D_KS, seed=6)  # (d_k, scaled) -> statistics
 
 # %% tags=["nbval-check-output"]
 print(f"{'d_k':>5} {'':>8} {'score std':>9} {'max weight':>10} {'entropy':>8} {'‖J‖ median':>11}")
@@ -589,24 +607,14 @@ for (d, scaled), s in saturation.items():
 
 # %%
 big, big_scaled = saturation[1024, False], saturation[1024, True]
-mid, mid_scaled = saturation[256, False], saturation[256, True]
-assert big.max_weight > 0.9 and big_scaled.max_weight < 0.2  # near one-hot vs spread out
-assert big.entropy < 0.1 * math.log(N_KEYS) < big_scaled.entropy  # ln 64 = 4.16 nats
-assert big.jacobian_median < 0.01 * big_scaled.jacobian_median  # the typical row is dead
-assert mid.jacobian_median < 0.5 * mid_scaled.jacobian_median
-assert big.jacobian_mean < 0.6 * big_scaled.jacobian_mean  # the mean shrinks much less
-for d in D_KS:  # scaling restores unit spread, hence the same softmax statistics at any width
-    assert 0.9 < saturation[d, True].score_std < 1.1
-    assert abs(saturation[d, True].max_weight - saturation[16, True].max_weight) < 0.03
-# Not monotone: at small widths the unscaled softmax is sharper yet *more* sensitive.
-assert saturation[16, False].jacobian_median > saturation[16, True].jacobian_median
+c6 = c6_evidence(saturation, n_keys=N_KEYS, seed=6)
 record_claim(
     "C6",
     claim="Large-variance scores saturate the softmax (near one-hot) and its gradient "
     "vanishes; dividing by √d_k restores unit variance",
     experiment="softmax over 64 keys of random q·k, d_k in {16, 64, 256, 1024}, unscaled vs "
     "scaled; Jacobian diag(p) − ppᵀ",
-    verdict="reproduced",
+    verdict=c6_verdict([c6]),
     measured=f"d_k=1024: max weight {big.max_weight:.2f} vs {big_scaled.max_weight:.2f}, "
     f"median ‖J‖ {big.jacobian_median:.1e} vs {big_scaled.jacobian_median:.2f}, mean ‖J‖ "
     f"{big.jacobian_mean:.2f} vs {big_scaled.jacobian_mean:.2f}; at d_k=16 unscaled ‖J‖ is "
@@ -614,12 +622,41 @@ record_claim(
 )
 
 # %% [markdown]
-# **Verdict on C6: reproduced, with two refinements.** At $d_k = 1024$ the unscaled softmax
-# puts on average 0.94 of its weight on one key (the table above) and the typical row's Jacobian is
-# hundreds of times smaller than with scaling; after dividing by $\sqrt{d_k}$ the statistics
-# are the same at every width. But (i) the damage needs large widths — at $d_k = 16$ the
-# unscaled softmax is sharper and yet passes *more* gradient — and (ii) the *mean* gradient
-# shrinks only a few-fold, because near-ties keep a minority of rows alive.
+# All of this was measured on rows of 64 keys, and both sides of the comparison depend on
+# that number: with more keys the scaled softmax spreads its weight more thinly, so it too
+# passes less gradient, while the unscaled one has more near-ties among its top scores. A
+# sceptic would therefore change the number of keys first, then the widths and the seeds.
+# The stored sweep, judged by the same thresholds:
+
+# %% tags=["nbval-check-output"]
+print(sweep_summary("C6"))
+
+# %% [markdown]
+# **Verdict on C6: reproduced with 64 keys; with more keys it needs a wider head, and the
+# average gradient need not vanish at all.** With 64 keys, at $d_k = 1024$ the unscaled
+# softmax puts on average 0.94 of its weight on one key (the table above), the typical row's
+# Jacobian is hundreds of times smaller than with scaling and the average one less than half
+# as large; after dividing by $\sqrt{d_k}$ the statistics are the same at every width. That
+# held on other seeds and more strongly at $d_k = 4096$. Three conditions limit it:
+#
+# - **Width.** The damage needs large widths. At $d_k = 16$ the unscaled softmax is sharper
+#   and yet passes *more* gradient, and at $d_k = 256$ its typical row still passes a
+#   sizeable share of what the scaled softmax does.
+# - **The number of keys.** With 256 or 512 keys the unscaled softmax is as one-hot as with
+#   64, but the gradient comparison weakens: at $d_k = 1024$ the typical row's Jacobian is
+#   only tens of times smaller than with scaling, short of our threshold, so the claim is not
+#   reproduced there; a wider head ($d_k = 4096$) brings the typical row's collapse back.
+# - **Typical row versus average.** The average Jacobian over rows shrinks far less than the
+#   typical one, because rows whose top two scores are nearly tied stay alive, and more keys
+#   make such rows commoner. With 512 keys at $d_k = 1024$ the comparison reverses: the
+#   unscaled softmax passes *more* gradient on average than the scaled one, whose weight is
+#   spread so thinly that it is insensitive too. Even at $d_k = 4096$ the average shrinks
+#   too little for our threshold.
+#
+# So the claim as it should be worded: without the scale, wide heads saturate the softmax and
+# the *typical* row's gradient vanishes, the more keys the wider the head must be for that;
+# whether the gradient *averaged over a batch* is smaller than with the scale depends on the
+# number of keys, and with many keys it is not.
 
 # %% [markdown]
 # ### C7: does it matter in training?
@@ -827,14 +864,17 @@ claims_table()
 # - Attention is a soft dictionary lookup: compare the query with every key, softmax the
 #   scores into weights, average the values. Large scores make it a hard lookup.
 # - Each token is projected three times. Separate $W_Q$ and $W_K$ let "what I look for"
-#   differ from "what I offer"; a shared one makes scores symmetric and self-matches win.
+#   differ from "what I offer"; a shared one makes scores symmetric and self-matches win
+#   (in most rows unless the projection is narrow or the sentence long).
 # - Self-attention is five matrix steps — project, $QK^\top$, scale, row softmax, $AV$ —
 #   then $W_O$. No step loops over positions.
 # - With unit-variance components, $q\cdot k$ has variance $d_k$; dividing by $\sqrt{d_k}$
 #   restores 1 at every width.
 # - Without the scale, a wide head's softmax starts one-hot and the typical example sends no
-#   gradient to the scores. In our retrieval experiment that cost a plateau of about a
-#   hundred steps and a clear delay — but not a failure: with Adam the model still learned.
+#   gradient to the scores; the more keys, the wider the head must be for that, and averaged
+#   over many rows the gradient shrinks much less, with many keys not at all. In our
+#   retrieval experiment that cost a plateau of about a hundred steps and a clear delay — but
+#   not a failure: with Adam the model still learned.
 #   The plateau needs $q$ and $k$ to start with unit variance: with torch's default
 #   initialisation of $W_Q$, $W_K$ it mostly disappears.
 #

@@ -13,20 +13,33 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from book.experiments.ch02 import (
+    C6Evidence,
+    DotProductStats,
     GradientSnapshot,
     RetrievalModel,
     RetrievalRun,
+    Saturation,
+    SharedQKEvidence,
     assert_c7_plateau,
+    c5_holds,
+    c5_verdict,
+    c6_evidence,
+    c6_verdict,
     c7_evidence,
     c7_verdict,
     dot_product_scores,
     dot_product_stats,
     gradient_snapshot,
     retrieval_batch,
+    s21_verdict,
+    saturation_by_width,
     saturation_stats,
+    shared_qk_evidence,
+    shared_qk_scores,
     softmax_jacobian,
     train_retrieval,
     unit_variance_samples,
+    variance_table,
 )
 from tests.reference import naive_attention_float64
 
@@ -42,7 +55,7 @@ def _gen(seed: int = 0) -> torch.Generator:
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("distribution", ["normal", "uniform", "rademacher"])
+@pytest.mark.parametrize("distribution", ["normal", "uniform", "rademacher", "exponential"])
 def test_unit_variance_samples_have_mean_0_and_variance_1(distribution):
     x = unit_variance_samples((200_000,), distribution, generator=_gen())
     assert x.dtype == torch.float32
@@ -55,7 +68,7 @@ def test_unit_variance_samples_rejects_unknown_distribution():
         unit_variance_samples((3,), "cauchy")
 
 
-@pytest.mark.parametrize("distribution", ["normal", "uniform", "rademacher"])
+@pytest.mark.parametrize("distribution", ["normal", "uniform", "rademacher", "exponential"])
 @pytest.mark.parametrize("d_k", [1, 8, 64])
 def test_dot_product_variance_matches_d_k(distribution, d_k):
     stats = dot_product_stats(d_k, 20_000, distribution=distribution, generator=_gen(d_k))
@@ -372,3 +385,113 @@ def test_retrieval_model_initialises_w_q_and_w_k_as_asked(qk_init):
     torch.testing.assert_close(model.readout.weight, other.readout.weight)  # the rest: the same
     with pytest.raises(ValueError, match="qk_init must be one of"):
         RetrievalModel(10, 7, 8, 16, qk_init="xavier")
+
+
+# ------------------------------------------------------------------------------------------
+# The verdicts of §2.1, C5 and C6: a true, a partly true and a false case each
+# ------------------------------------------------------------------------------------------
+
+
+def _shared(rate_shared, rate_separate=0.1, asym_shared=0.0, asym_separate=1.0, seed=0):
+    return SharedQKEvidence(seed, 10, rate_shared, rate_separate, asym_shared, asym_separate)
+
+
+def test_s21_verdict_says_reproduced_partly_or_not():
+    assert s21_verdict([_shared(0.83)]) == "reproduced"
+    # Symmetric, and the token itself favoured, but not in most rows.
+    assert s21_verdict([_shared(0.4)]) == "partly"
+    # Separate projections that still favour the token itself: only part of the claim.
+    assert s21_verdict([_shared(0.83, rate_separate=0.5)]) == "partly"
+    # Shared scores that are not symmetric, or a self-match rate near chance: false.
+    assert s21_verdict([_shared(0.83, asym_shared=0.3)]) == "not reproduced"
+    assert s21_verdict([_shared(0.15)]) == "not reproduced"
+    # Over seeds: every seed must hold.
+    assert s21_verdict([_shared(0.83), _shared(0.4, seed=1)]) == "partly"
+    assert s21_verdict([_shared(0.83), _shared(0.15, seed=1)]) == "not reproduced"
+    with pytest.raises(ValueError, match="at least one"):
+        s21_verdict([])
+
+
+def test_shared_qk_evidence_measures_what_the_chapter_derives():
+    shared = shared_qk_scores(50, shared=True, seed=3)  # (S, L, L)
+    torch.testing.assert_close(shared, shared.transpose(-2, -1))  # symmetric, as derived
+    separate = shared_qk_scores(50, shared=False, seed=3)
+    assert not torch.allclose(separate, separate.transpose(-2, -1), atol=1e-2)
+    e = shared_qk_evidence(500, seed=1)
+    assert e.chance == pytest.approx(0.1)
+    assert e.rate_shared > 0.6 and e.rate_separate < 0.2 and e.holds == "in full"
+    # With a one-wide projection a token is its own top match only when its score is largest.
+    assert shared_qk_evidence(500, d_k=1, seed=1).holds == "no"
+
+
+def _dot(d_k: int, mean: float, var: float, n: int = 20_000) -> DotProductStats:
+    return DotProductStats(d_k, n, mean, var, var / d_k)
+
+
+def test_c5_verdict_says_reproduced_partly_or_not():
+    assert c5_verdict([_dot(64, 0.01, 64.5), _dot(16, -0.02, 15.9)]) == "reproduced"
+    # The variance is d_k but the mean is off by far more than 4 standard errors (0.23).
+    assert c5_holds(_dot(64, 1.0, 64.5)) == "in part"
+    assert c5_verdict([_dot(64, 0.01, 64.5), _dot(64, 1.0, 64.5)]) == "partly"
+    # Correlated q, k (q = k for normal components: Var = 3 d_k) and a biased mean: false.
+    assert c5_verdict([_dot(64, 0.01, 64.5), _dot(64, 64.0, 192.0)]) == "not reproduced"
+    # A real false case: q = k, measured.
+    g = _gen(0)
+    q = torch.randn(20_000, 64, generator=g).double()  # (n, d_k)
+    s = (q * q).sum(-1)  # (n,)
+    stats = DotProductStats(64, 20_000, float(s.mean()), float(s.var()), float(s.var()) / 64)
+    assert c5_verdict([stats]) == "not reproduced"
+
+
+def test_variance_table_reproduces_the_chapter_s_generators():
+    table = variance_table([4, 8], ["normal", "rademacher"], 500)
+    assert list(table) == [("normal", 4), ("normal", 8), ("rademacher", 4), ("rademacher", 8)]
+    direct = dot_product_stats(8, 500, distribution="rademacher", generator=_gen(8))
+    assert table["rademacher", 8] == direct
+    other = variance_table([8], ["rademacher"], 500, seed=1)["rademacher", 8]
+    assert other == dot_product_stats(8, 500, distribution="rademacher", generator=_gen(10_008))
+
+
+def _sat(std: float, max_weight: float, entropy: float, mean: float, median: float) -> Saturation:
+    return Saturation(std, max_weight, entropy, mean, median)
+
+
+def _table(wide_mean: float, wide_median: float = 1e-5, wide_max: float = 0.95):
+    ln64 = math.log(64)
+    return {
+        (16, False): _sat(4.0, 0.5, 1.5, 0.5, 0.4),
+        (16, True): _sat(1.0, 0.1, 0.9 * ln64, 0.3, 0.3),
+        (1024, False): _sat(32.0, wide_max, 0.02 * ln64, wide_mean, wide_median),
+        (1024, True): _sat(1.0, 0.11, 0.9 * ln64, 0.3, 0.3),
+    }
+
+
+def test_c6_verdict_says_reproduced_partly_or_not():
+    full = c6_evidence(_table(wide_mean=0.1), n_keys=64, seed=0)
+    assert full.d_k == 1024 and full.median_ratio == pytest.approx(1e-5 / 0.3)
+    assert full.narrowest_median_ratio == pytest.approx(0.4 / 0.3)
+    assert c6_verdict([full]) == "reproduced"
+    # The typical row's gradient vanishes, but the mean over rows does not shrink (many keys).
+    part = c6_evidence(_table(wide_mean=0.4), n_keys=64, seed=1)
+    assert part.holds == "in part" and c6_verdict([full, part]) == "partly"
+    # No saturation (a largest weight of 0.6), or a typical gradient that survives: false.
+    flat = c6_evidence(_table(wide_mean=0.1, wide_max=0.6), n_keys=64, seed=2)
+    alive = c6_evidence(_table(wide_mean=0.1, wide_median=0.1), n_keys=64, seed=3)
+    assert c6_verdict([full, flat]) == c6_verdict([alive]) == "not reproduced"
+    with pytest.raises(ValueError, match="every width"):
+        c6_evidence({(16, False): _sat(4.0, 0.5, 1.5, 0.5, 0.4)}, n_keys=64, seed=0)
+
+
+def test_c6_evidence_from_real_scores():
+    found = c6_evidence(saturation_by_width(128, 64, [16, 1024], seed=6), n_keys=64, seed=6)
+    assert isinstance(found, C6Evidence) and found.holds in ("in full", "in part")
+    assert found.median_ratio < 0.01 and found.max_weight > 0.9
+
+
+def test_saturation_stats_in_blocks_equals_one_block():
+    scores = 5 * torch.randn(200, 9, generator=_gen(2))  # (R, n): over one block of 64 rows
+    p = torch.softmax(scores.double(), -1)  # (R, n)
+    norms = softmax_jacobian(p).flatten(-2).norm(dim=-1)  # (R,)
+    stats = saturation_stats(scores)
+    assert stats.jacobian_mean == pytest.approx(float(norms.mean()), rel=1e-12)
+    assert stats.jacobian_median == pytest.approx(float(norms.median()), rel=1e-12)

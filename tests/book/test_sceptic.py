@@ -49,6 +49,25 @@ def test_chapter_2_declares_c7_with_the_changes_the_issue_asks_for():
     assert sweep_path(2).name == "02_scaled_dot_product.json"
 
 
+def test_every_claim_of_chapter_2_has_a_sweep_with_the_claim_s_own_knob():
+    import re
+
+    from book.notebooks.common import REPO
+
+    source = (REPO / "chapters" / "02_scaled_dot_product.py").read_text(encoding="utf-8")
+    recorded = set(re.findall(r'record_claim\(\s*"([^"]+)"', source))
+    declared = {cid for cid, (chapter, _) in declared_sweeps().items() if chapter == 2}
+    assert recorded == declared == {"§2.1 shared Q/K", "C5", "C6", "C7"}
+    knobs = {"§2.1 shared Q/K": {"d_k", "d_model"}, "C5": {"d_ks", "distributions"}}
+    knobs["C6"] = {"n_keys", "d_ks"}
+    for claim_id, wanted in knobs.items():
+        _, sweep = declared_sweeps()[claim_id]
+        changed = {key for p in sweep.perturbations for key in p.kwargs}
+        assert {"seeds"} | wanted <= changed, claim_id
+    _, c6 = declared_sweeps()["C6"]
+    assert {p.kwargs.get("n_keys") for p in c6.perturbations} >= {256, 512}  # issue 18
+
+
 def test_the_fingerprint_covers_what_c7_runs():
     _, sweep = declared_sweeps()["C7"]
     _, covered = source_fingerprint(sweep.run)
@@ -205,12 +224,13 @@ def test_declarations_are_checked_by_name():
 def test_main_says_when_nothing_matches(capsys):
     assert main(["--claim", "C0"]) == 2
     err = capsys.readouterr().err
-    assert "no declared sweep matches (declared: " in err and "C7" in err
+    assert "no declared sweep matches (declared: " in err
+    assert all(claim in err for claim in ("C1", "§2.1 shared Q/K", "C5", "C6", "C7"))
 
 
 def test_main_check_passes_on_the_stored_sweeps(capsys):
     assert main(["--chapter", "2", "--check"]) == 0
-    assert "stored sweeps up to date: C7" in capsys.readouterr().out
+    assert "stored sweeps up to date: §2.1 shared Q/K, C5, C6, C7" in capsys.readouterr().out
 
 
 def test_the_sweep_run_is_not_part_of_make_test():

@@ -43,7 +43,7 @@ import torch
 from book.checks import check
 
 # %% [markdown]
-# ## Exercise 01.1 — Path length in an RNN and in attention
+# ## Exercise 01.1 — Path length in an RNN and in attention (★)
 #
 # A left-to-right RNN reads token `source` into its state at step `source`; from then on the
 # information can only travel forward one state update at a time. In a self-attention layer,
@@ -64,7 +64,7 @@ def path_lengths(source: int, target: int) -> tuple[int, int]:
 check("01.1", path_lengths)
 
 # %% [markdown]
-# ## Exercise 01.2 — An RNN unrolled by hand
+# ## Exercise 01.2 — An RNN unrolled by hand (★)
 #
 # The simplest ("Elman") RNN updates its state with
 # $h_t = \tanh(x_t W_{ih}^\top + h_{t-1} W_{hh}^\top + b)$, starting from $h_{-1} = h_0$
@@ -84,7 +84,7 @@ def rnn_forward(x, w_ih, w_hh, b, h0=None):
 check("01.2", rnn_forward)
 
 # %% [markdown]
-# ## Exercise 01.3 — How a gradient decays through a linear recurrence
+# ## Exercise 01.3 — How a gradient decays through a linear recurrence (★★)
 #
 # Strip the RNN to its bones: one number of state, no non-linearity,
 # $h_t = \lambda h_{t-1} + x_t$. Write `linear_rnn_gradient(lam, distance)` returning
@@ -103,7 +103,7 @@ def linear_rnn_gradient(lam: float, distance: int) -> float:
 check("01.3", linear_rnn_gradient)
 
 # %% [markdown]
-# ## Exercise 01.4 — How far a gradient survives
+# ## Exercise 01.4 — How far a gradient survives (★★)
 #
 # The chapter measured a per-step factor of about 0.6 for a freshly initialised LSTM and
 # about 0.97 for one whose forget gate is held open. If a gradient shrinks by a factor
@@ -124,7 +124,7 @@ def steps_until_below(lam: float, threshold: float) -> int:
 check("01.4", steps_until_below)
 
 # %% [markdown]
-# ## Exercise 01.5 — Cross-attention
+# ## Exercise 01.5 — Cross-attention (★★)
 #
 # In encoder-decoder ("Bahdanau") attention the decoder asks and the encoder answers: the
 # queries come from the decoder's states, the keys and values from the encoder's. Write

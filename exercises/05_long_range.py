@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from book.checks import check
 
 # %% [markdown]
-# ## Exercise 05.1 — Memory of the score table
+# ## Exercise 05.1 — Memory of the score table (★)
 #
 # Dense attention materialises one weight per (query, key) pair, per head, per sequence of
 # the batch: a tensor of shape `(B, H, n, n)`. Write `score_table_bytes(seq_len, num_heads,
@@ -62,7 +62,7 @@ def score_table_bytes(
 check("05.1", score_table_bytes)
 
 # %% [markdown]
-# ## Exercise 05.2 — Band attention
+# ## Exercise 05.2 — Band attention (★★)
 #
 # Write `band_attention(q, k, v, left, right)` for `q (B, H, L, E)`, `k (B, H, L, E)`,
 # `v (B, H, L, Ev)`: query `i` attends only the keys `j` with `i - left <= j <= i + right`
@@ -84,7 +84,7 @@ def band_attention(
 check("05.2", band_attention)
 
 # %% [markdown]
-# ## Exercise 05.3 — How many scores does a window save?
+# ## Exercise 05.3 — How many scores does a window save? (★★)
 #
 # Full attention scores $n^2$ (query, key) pairs. A band with `left` keys before and `right`
 # keys after each query scores fewer — but mind the edges: the first queries have fewer keys
@@ -102,7 +102,7 @@ def window_savings(seq_len: int, left: int, right: int) -> float:
 check("05.3", window_savings)
 
 # %% [markdown]
-# ## Exercise 05.4 — Linear attention
+# ## Exercise 05.4 — Linear attention (★★)
 #
 # Replace the softmax kernel $\exp(q \cdot k / \sqrt{E})$ by $\varphi(q) \cdot \varphi(k)$
 # with $\varphi(x) = \mathrm{elu}(x) + 1$ (positive features). Then
@@ -129,7 +129,7 @@ def linear_attention_noncausal(
 check("05.4", linear_attention_noncausal)
 
 # %% [markdown]
-# ## Exercise 05.5 — The longest sequence that fits
+# ## Exercise 05.5 — The longest sequence that fits (★)
 #
 # Write `longest_sequence(memory_bytes, num_heads, bytes_per_element)`: the largest $n$ for
 # which one sequence's weight tensor `(num_heads, n, n)` fits in `memory_bytes` (ignore

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from book.checks import check
 
 # %% [markdown]
-# ## Exercise 07.1 — Patches as tokens
+# ## Exercise 07.1 — Patches as tokens (★★)
 #
 # Write `patchify(images, patch_size)` for `images (B, C, H, W)` (both `H` and `W` divisible
 # by `p = patch_size`). Return `(B, N, C·p·p)` with `N = (H/p)·(W/p)`: one vector per
@@ -63,7 +63,7 @@ def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
 check("07.1", patchify)
 
 # %% [markdown]
-# ## Exercise 07.2 — Shifted-window attention
+# ## Exercise 07.2 — Shifted-window attention (★★★)
 #
 # `block` is an `attention.vision.SwinBlock` with `block.resolution = (H, W)`,
 # `block.window_size = w`, `block.shift = s > 0`, `block.d_model = C`, its window attention
@@ -86,7 +86,7 @@ def shifted_window_attention(block, x: torch.Tensor) -> torch.Tensor:
 check("07.2", shifted_window_attention)
 
 # %% [markdown]
-# ## Exercise 07.3 — CLIP's symmetric contrastive loss
+# ## Exercise 07.3 — CLIP's symmetric contrastive loss (★★)
 #
 # Write `clip_loss(image_emb, text_emb, logit_scale)` for `B` matching pairs: row `i` of
 # `image_emb (B, E)` and of `text_emb (B, E)` belong together. Normalise both to unit length;
@@ -106,7 +106,7 @@ def clip_loss(image_emb: torch.Tensor, text_emb: torch.Tensor, logit_scale: floa
 check("07.3", clip_loss)
 
 # %% [markdown]
-# ## Exercise 07.4 — Attention scores of one ViT layer
+# ## Exercise 07.4 — Attention scores of one ViT layer (★)
 #
 # A ViT cuts an `image_size × image_size` image into patches of side `patch_size` and adds a
 # `[CLS]` token. Write `vit_attention_scores(image_size, patch_size, num_heads)`: the number
@@ -123,7 +123,7 @@ def vit_attention_scores(image_size: int, patch_size: int, num_heads: int) -> in
 check("07.4", vit_attention_scores)
 
 # %% [markdown]
-# ## Exercise 07.5 — The seasonal-naive forecast
+# ## Exercise 07.5 — The seasonal-naive forecast (★)
 #
 # Write `seasonal_naive(history, horizon, period)` for `history (B, L)` with `L >= period`:
 # the forecast for future step `t = 0 .. horizon - 1` is the value exactly one period (or a

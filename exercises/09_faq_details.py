@@ -41,7 +41,7 @@ import torch
 from book.checks import check
 
 # %% [markdown]
-# ## Exercise 9.1 — Sigmoid attention weights
+# ## Exercise 9.1 — Sigmoid attention weights (★)
 #
 # Write `sigmoid_weights(scores)` for scores `(..., Lq, Lk)` (already scaled): the weights of
 # sigmoid attention with the bias of Ramapuram et al. (2024), $w = \sigma(s - \log n)$, where
@@ -59,7 +59,7 @@ def sigmoid_weights(scores: torch.Tensor) -> torch.Tensor:
 check("09.1", sigmoid_weights)
 
 # %% [markdown]
-# ## Exercise 9.2 — Attention rollout
+# ## Exercise 9.2 — Attention rollout (★★)
 #
 # Write `rollout(weights)` for a list of per-layer attention weights, each `(B, H, L, L)`,
 # first layer first. Average each layer over its heads, add the residual connection as
@@ -78,7 +78,7 @@ def rollout(weights: list[torch.Tensor]) -> torch.Tensor:
 check("09.2", rollout)
 
 # %% [markdown]
-# ## Exercise 9.3 — Kendall's τ
+# ## Exercise 9.3 — Kendall's τ (★)
 #
 # Write `kendall_tau(a, b)` for two 1-D tensors of the same length $n$ (no ties): over all
 # $n(n-1)/2$ pairs $i < j$, count a pair as *concordant* when $a$ and $b$ order it the same
@@ -96,7 +96,7 @@ def kendall_tau(a: torch.Tensor, b: torch.Tensor) -> float:
 check("09.3", kendall_tau)
 
 # %% [markdown]
-# ## Exercise 9.4 — Linear warm-up
+# ## Exercise 9.4 — Linear warm-up (★★)
 #
 # Write `warmup_factor(step, warmup_steps)`: the factor by which a linear warm-up multiplies
 # the learning rate at step `step` (counted from 0). It rises linearly, reaches 1 at step

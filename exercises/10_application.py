@@ -39,7 +39,7 @@ import torch
 from book.checks import check
 
 # %% [markdown]
-# ## Exercise 10.1 — Patch tokens
+# ## Exercise 10.1 — Patch tokens (★★)
 #
 # A vision Transformer reads an image as a sequence of patches. Write `patchify(images,
 # patch)` for grey images `(B, H, W)` (both sides divisible by `patch`) that returns
@@ -59,7 +59,7 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
 check("10.1", patchify)
 
 # %% [markdown]
-# ## Exercise 10.2 — What an encoder layer computes
+# ## Exercise 10.2 — What an encoder layer computes (★★)
 #
 # Count the forward FLOPs of one encoder layer on `n` tokens of width `d_model`, with a
 # feed-forward of width `d_ff`, counting matrix products only and two FLOPs per
@@ -79,7 +79,7 @@ def layer_flops(n: int, d_model: int, d_ff: int) -> tuple[int, int]:
 check("10.2", layer_flops)
 
 # %% [markdown]
-# ## Exercise 10.3 — Pooling a padded batch
+# ## Exercise 10.3 — Pooling a padded batch (★)
 #
 # Sequences of different lengths are padded to one length `L`; `keep (B, L)` is `True` at the
 # real tokens. Write `masked_mean(x, keep)` for token vectors `x (B, L, D)` that returns the
@@ -97,7 +97,7 @@ def masked_mean(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 check("10.3", masked_mean)
 
 # %% [markdown]
-# ## Exercise 10.4 — Neighbours on the grid
+# ## Exercise 10.4 — Neighbours on the grid (★★★)
 #
 # Chapter 10 gave each patch a window of ±4 tokens in reading order, which on a 4 × 4 grid
 # reaches the patch above and the patch below — but also the far end of the row above, and not

@@ -31,7 +31,7 @@ import torch
 from book.checks import check
 
 # %% [markdown]
-# ## Exercise 01.1 — Path length in an RNN and in attention
+# ## Exercise 01.1 — Path length in an RNN and in attention (★)
 #
 # A left-to-right RNN reads token `source` into its state at step `source`; from then on the
 # information can only travel forward one state update at a time. In a self-attention layer,
@@ -54,7 +54,7 @@ def path_lengths(source: int, target: int) -> tuple[int, int]:
 check("01.1", path_lengths)
 
 # %% [markdown]
-# ## Exercise 01.2 — An RNN unrolled by hand
+# ## Exercise 01.2 — An RNN unrolled by hand (★)
 #
 # The simplest ("Elman") RNN updates its state with
 # $h_t = \tanh(x_t W_{ih}^\top + h_{t-1} W_{hh}^\top + b)$, starting from $h_{-1} = h_0$
@@ -82,7 +82,7 @@ def rnn_forward(x, w_ih, w_hh, b, h0=None):
 check("01.2", rnn_forward)
 
 # %% [markdown]
-# ## Exercise 01.3 — How a gradient decays through a linear recurrence
+# ## Exercise 01.3 — How a gradient decays through a linear recurrence (★★)
 #
 # Strip the RNN to its bones: one number of state, no non-linearity,
 # $h_t = \lambda h_{t-1} + x_t$. Write `linear_rnn_gradient(lam, distance)` returning
@@ -105,7 +105,7 @@ def linear_rnn_gradient(lam: float, distance: int) -> float:
 check("01.3", linear_rnn_gradient)
 
 # %% [markdown]
-# ## Exercise 01.4 — How far a gradient survives
+# ## Exercise 01.4 — How far a gradient survives (★★)
 #
 # The chapter measured a per-step factor of about 0.6 for a freshly initialised LSTM and
 # about 0.97 for one whose forget gate is held open. If a gradient shrinks by a factor
@@ -133,7 +133,7 @@ for lam in (0.6, 0.97):
     print(f"factor {lam}: below 1e-6 after {steps_until_below(lam, 1e-6)} steps")
 
 # %% [markdown]
-# ## Exercise 01.5 — Cross-attention
+# ## Exercise 01.5 — Cross-attention (★★)
 #
 # In encoder-decoder ("Bahdanau") attention the decoder asks and the encoder answers: the
 # queries come from the decoder's states, the keys and values from the encoder's. Write

@@ -30,7 +30,7 @@ import torch
 from book.checks import check
 
 # %% [markdown]
-# ## Exercise 02.1 — Scaled dot-product attention with a mask
+# ## Exercise 02.1 — Scaled dot-product attention with a mask (★★)
 #
 # Write `attention(q, k, v, mask=None)` for `q (B, H, Lq, d_k)`, `k (B, H, Lk, d_k)`,
 # `v (B, H, Lk, d_v)` and an optional boolean `mask` broadcastable to `(B, H, Lq, Lk)`
@@ -57,7 +57,7 @@ def attention(q, k, v, mask=None):
 check("02.1", attention)
 
 # %% [markdown]
-# ## Exercise 02.2 — The variance of a score
+# ## Exercise 02.2 — The variance of a score (★★)
 #
 # Let `q` and `k` be vectors of width `d_k` whose components are all independent with mean
 # 0; the components of `q` have variance `var_q`, those of `k` have variance `var_k`. The
@@ -86,7 +86,7 @@ check("02.2", score_variance)
 print(round(math.sqrt(score_variance(512, 1 / 3, 1 / 3, 1 / math.sqrt(512))), 4))
 
 # %% [markdown]
-# ## Exercise 02.3 — A stable softmax with zeros for fully masked rows
+# ## Exercise 02.3 — A stable softmax with zeros for fully masked rows (★★)
 #
 # Write `stable_softmax(scores, dim=-1)` that
 #
@@ -118,7 +118,7 @@ def stable_softmax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
 check("02.3", stable_softmax)
 
 # %% [markdown]
-# ## Exercise 02.4 — The FLOPs of $QK^\top$
+# ## Exercise 02.4 — The FLOPs of $QK^\top$ (★)
 #
 # Count the floating-point operations of the score computation `q @ k.transpose(-2, -1)` for
 # `q (batch, heads, n_queries, d_k)` and `k (batch, heads, n_keys, d_k)`. Use the usual
@@ -148,7 +148,7 @@ print(f"8× the tokens → {growth:.0f}× the FLOPs of QKᵀ")
 # Quadratic: $8^2 = 64$. Chapter 5 returns to this cost.
 
 # %% [markdown]
-# ## Exercise 02.5 — The softmax Jacobian
+# ## Exercise 02.5 — The softmax Jacobian (★★)
 #
 # Write `softmax_jacobian(p)` which, for softmax outputs `p (..., n)`, returns the Jacobian
 # $J_{ij} = \partial p_i / \partial s_j$ of every row, shape `(..., n, n)`. Use the formula,

@@ -28,7 +28,7 @@ import torch
 from book.checks import check
 
 # %% [markdown]
-# ## Exercise 03.1 — Split the heads
+# ## Exercise 03.1 — Split the heads (★)
 #
 # Write `split_heads(x, num_heads)`: it takes token representations `x` of shape
 # `(B, L, D)` and returns `(B, H, L, D // H)`, where head `i` of token `t` holds the
@@ -55,7 +55,7 @@ check("03.1", split_heads)
 # would instead cut the flat `(L, D)` block into `H` runs of `L/H` whole tokens.
 
 # %% [markdown]
-# ## Exercise 03.2 — Merge the heads
+# ## Exercise 03.2 — Merge the heads (★)
 #
 # Write `merge_heads(x)`, the inverse of `split_heads`: `(B, H, L, Dh)` → `(B, L, H * Dh)`,
 # where token `t`'s row holds head 0's output, then head 1's, and so on. Check yourself:
@@ -80,7 +80,7 @@ check("03.2", merge_heads)
 # `reshape` copies when it must (`.contiguous().view(...)` does the same explicitly).
 
 # %% [markdown]
-# ## Exercise 03.3 — Parameters of a multi-head attention layer
+# ## Exercise 03.3 — Parameters of a multi-head attention layer (★★)
 #
 # Write `attention_params(d_model, num_heads, num_kv_heads, bias)`: the number of parameters
 # of an attention layer with `num_heads` query heads of width `d_head = d_model // num_heads`,
@@ -115,7 +115,7 @@ check("03.3", attention_params)
 print(f"{attention_params(4096, 32, 32, False):,} vs {attention_params(4096, 32, 8, False):,}")
 
 # %% [markdown]
-# ## Exercise 03.4 — The size of a KV cache
+# ## Exercise 03.4 — The size of a KV cache (★★)
 #
 # A decoder caches the keys and values of every earlier token, in every layer, for every
 # sequence of the batch. Write `kv_cache_bytes(num_layers, num_heads, num_kv_heads, head_dim,
@@ -152,7 +152,7 @@ check("03.4", kv_cache_bytes)
 print(kv_cache_bytes(32, 32, 8, 128, 4096, 1, 2) / 2**20, "MiB")
 
 # %% [markdown]
-# ## Exercise 03.5 — Multi-head attention from its weight matrices
+# ## Exercise 03.5 — Multi-head attention from its weight matrices (★★)
 #
 # Write the forward pass of multi-head self-attention (no biases, no mask) from four
 # `(D, D)` weight matrices used as `x @ w` (the math convention, not `nn.Linear`'s): project

@@ -33,7 +33,7 @@ import torch
 from book.checks import check
 
 # %% [markdown]
-# ## Exercise 04.1 — The sinusoidal table
+# ## Exercise 04.1 — The sinusoidal table (★)
 #
 # Write `sinusoidal_table(max_len, d_model, base=10000.0)` returning the `(max_len, d_model)`
 # table of "Attention Is All You Need":
@@ -64,7 +64,7 @@ def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> torch
 check("04.1", sinusoidal_table)
 
 # %% [markdown]
-# ## Exercise 04.2 — The wavelength of a channel pair
+# ## Exercise 04.2 — The wavelength of a channel pair (★)
 #
 # Pair $i$ of the table turns by a fixed angle per position. Write
 # `wavelength(i, d_model, base=10000.0)` returning its wavelength: the number of positions
@@ -93,7 +93,7 @@ check("04.2", wavelength)
 print(round(wavelength(0, 512), 2), round(wavelength(255, 512)))
 
 # %% [markdown]
-# ## Exercise 04.3 — The shift matrix $M_k$
+# ## Exercise 04.3 — The shift matrix $M_k$ (★★)
 #
 # Write `shift_matrix(k, d_model)` returning the `(d_model, d_model)` matrix $M_k$ with
 #
@@ -125,7 +125,7 @@ def shift_matrix(k: int, d_model: int) -> torch.Tensor:
 check("04.3", shift_matrix)
 
 # %% [markdown]
-# ## Exercise 04.4 — RoPE, rotate-half
+# ## Exercise 04.4 — RoPE, rotate-half (★★)
 #
 # Write `rope_rotate_half(x)` for per-head queries or keys `x (B, H, L, Dh)` (`Dh` even). The
 # token at position $m$ (positions $0 \dots L-1$) has its channel pairs
@@ -168,7 +168,7 @@ k_at = rope_rotate_half(k.expand(1, 1, 12, 16).contiguous())[0, 0]  # (12, Dh)
 print(torch.isclose(q_at[2] @ k_at[7], q_at[4] @ k_at[9], atol=1e-5).item())
 
 # %% [markdown]
-# ## Exercise 04.5 — The position parameters of BERT-base
+# ## Exercise 04.5 — The position parameters of BERT-base (★)
 #
 # BERT-base has $d_\text{model} = 768$, 12 layers, and a learned position table for
 # sequences of up to 512 tokens, added once to the input embeddings. Write

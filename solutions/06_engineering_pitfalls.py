@@ -29,7 +29,7 @@ import torch
 from book.checks import check
 
 # %% [markdown]
-# ## Exercise 06.1 — A causal mask in the package's polarity
+# ## Exercise 06.1 — A causal mask in the package's polarity (★)
 #
 # Write `causal(n)`: the `(n, n)` bool mask of a decoder, in the package's polarity
 # (`True` = may attend): query `i` may attend key `j` exactly when `j <= i`.
@@ -51,7 +51,7 @@ check("06.1", causal)
 # the diagonal and leaves row 0 with no key at all.
 
 # %% [markdown]
-# ## Exercise 06.2 — A masked softmax that survives float16 and empty rows
+# ## Exercise 06.2 — A masked softmax that survives float16 and empty rows (★★)
 #
 # Write `masked_softmax(scores, allowed)`: softmax over the last axis of `scores` (float32 or
 # float16) where the keys with `allowed == False` get weight 0, and a row with **no** allowed
@@ -80,7 +80,7 @@ check("06.2", masked_softmax)
 # empty row is NaN again. And in float32 `-1e9` gives an empty row *uniform* weights.
 
 # %% [markdown]
-# ## Exercise 06.3 — A key-padding mask from lengths
+# ## Exercise 06.3 — A key-padding mask from lengths (★)
 #
 # Write `key_padding(lengths, max_len)`: for a batch whose sequence `b` has `lengths[b]` real
 # tokens followed by padding, the bool mask (`True` = real token, may be attended to) that
@@ -104,7 +104,7 @@ check("06.3", key_padding)
 # the real tokens attending to the pads.
 
 # %% [markdown]
-# ## Exercise 06.4 — Where float16 `QKᵀ` overflows
+# ## Exercise 06.4 — Where float16 `QKᵀ` overflows (★)
 #
 # A query and a key are aligned, every one of their `d_k` elements equal to `s`, and the
 # product `q @ k.T` is computed in float16 *before* the `1/√d_k` scale. Write
@@ -123,7 +123,7 @@ def overflow_scale(d_k: int) -> float:
 check("06.4", overflow_scale)
 
 # %% [markdown]
-# ## Exercise 06.5 — The size of a KV cache
+# ## Exercise 06.5 — The size of a KV cache (★)
 #
 # Write `kv_cache_bytes(num_layers, batch_size, num_heads, num_kv_heads, head_dim, seq_len,
 # bytes_per_element)`: the bytes a decoder's key/value cache holds for `seq_len` positions.

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from book.checks import check
 
 # %% [markdown]
-# ## Exercise 07.1 — Patches as tokens
+# ## Exercise 07.1 — Patches as tokens (★★)
 #
 # Write `patchify(images, patch_size)` for `images (B, C, H, W)` (both `H` and `W` divisible
 # by `p = patch_size`). Return `(B, N, C·p·p)` with `N = (H/p)·(W/p)`: one vector per
@@ -63,7 +63,7 @@ check("07.1", patchify)
 # mean nothing spatially — which is why the check compares values, not shapes.
 
 # %% [markdown]
-# ## Exercise 07.2 — Shifted-window attention
+# ## Exercise 07.2 — Shifted-window attention (★★★)
 #
 # `block` is an `attention.vision.SwinBlock` with `block.resolution = (H, W)`,
 # `block.window_size = w`, `block.shift = s > 0`, `block.d_model = C`, its window attention
@@ -106,7 +106,7 @@ check("07.2", shifted_window_attention)
 # image.
 
 # %% [markdown]
-# ## Exercise 07.3 — CLIP's symmetric contrastive loss
+# ## Exercise 07.3 — CLIP's symmetric contrastive loss (★★)
 #
 # Write `clip_loss(image_emb, text_emb, logit_scale)` for `B` matching pairs: row `i` of
 # `image_emb (B, E)` and of `text_emb (B, E)` belong together. Normalise both to unit length;
@@ -146,7 +146,7 @@ print(f"{clip_loss(same, same, 14.3).item():.4f} = ln 32 = {math.log(32):.4f}")
 # captions for an image, search ranks images for a caption.
 
 # %% [markdown]
-# ## Exercise 07.4 — Attention scores of one ViT layer
+# ## Exercise 07.4 — Attention scores of one ViT layer (★)
 #
 # A ViT cuts an `image_size × image_size` image into patches of side `patch_size` and adds a
 # `[CLS]` token. Write `vit_attention_scores(image_size, patch_size, num_heads)`: the number
@@ -180,7 +180,7 @@ print(f"ratio: {growth:.0f}x the scores for 16x the patches")
 # sparse patterns instead of global attention.
 
 # %% [markdown]
-# ## Exercise 07.5 — The seasonal-naive forecast
+# ## Exercise 07.5 — The seasonal-naive forecast (★)
 #
 # Write `seasonal_naive(history, horizon, period)` for `history (B, L)` with `L >= period`:
 # the forecast for future step `t = 0 .. horizon - 1` is the value exactly one period (or a

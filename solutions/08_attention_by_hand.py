@@ -31,7 +31,7 @@ from torch import nn
 from book.checks import check
 
 # %% [markdown]
-# ## Exercise 08.1 — Unpack `nn.MultiheadAttention`'s weights
+# ## Exercise 08.1 — Unpack `nn.MultiheadAttention`'s weights (★★)
 #
 # Write `unpack_weights(mha)`: given an `nn.MultiheadAttention` (with `kdim = vdim =
 # embed_dim`, the usual case), return its four weight matrices `w_q, w_k, w_v, w_o`, each
@@ -62,7 +62,7 @@ check("08.1", unpack_weights)
 # 3, dim=0)` does the split in one call.
 
 # %% [markdown]
-# ## Exercise 08.2 — Multi-head attention's forward pass
+# ## Exercise 08.2 — Multi-head attention's forward pass (★★)
 #
 # Write `multi_head_forward(module, x)`: multi-head self-attention (no mask) of `x (B, L, D)`
 # with the module's weights. `module` has `num_heads` and four `nn.Linear(D, D)` layers with
@@ -99,7 +99,7 @@ check("08.2", multi_head_forward)
 # example replace the split by `module.q_proj(x).view(b, h, l, dh)` and run the check.
 
 # %% [markdown]
-# ## Exercise 08.3 — A test: the same output as `nn.MultiheadAttention`
+# ## Exercise 08.3 — A test: the same output as `nn.MultiheadAttention` (★★)
 #
 # Write the test that catches every wrong order: `matches_torch(module) -> bool`, `True` when
 # the module computes what `nn.MultiheadAttention` computes with the same weights. `module`
@@ -137,7 +137,7 @@ check("08.3", matches_torch)
 # the biases, and `batch_first`.
 
 # %% [markdown]
-# ## Exercise 08.4 — A test: no leak from the future
+# ## Exercise 08.4 — A test: no leak from the future (★★)
 #
 # Write `leaks_future(module) -> bool`: `True` when, with `causal=True`, the output at some
 # position `t` changes when the tokens *after* `t` change. `module(x, causal=True)` returns

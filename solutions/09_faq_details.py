@@ -29,7 +29,7 @@ import torch
 from book.checks import check
 
 # %% [markdown]
-# ## Exercise 9.1 — Sigmoid attention weights
+# ## Exercise 9.1 — Sigmoid attention weights (★)
 #
 # Write `sigmoid_weights(scores)` for scores `(..., Lq, Lk)` (already scaled): the weights of
 # sigmoid attention with the bias of Ramapuram et al. (2024), $w = \sigma(s - \log n)$, where
@@ -62,7 +62,7 @@ for n in (4, 16, 256):
           f"{float(torch.sigmoid(zero).sum()):.1f} without")  # fmt: skip
 
 # %% [markdown]
-# ## Exercise 9.2 — Attention rollout
+# ## Exercise 9.2 — Attention rollout (★★)
 #
 # Write `rollout(weights)` for a list of per-layer attention weights, each `(B, H, L, L)`,
 # first layer first. Average each layer over its heads, add the residual connection as
@@ -95,7 +95,7 @@ check("09.2", rollout)
 # product does too: rollout is a distribution over input tokens for every output.
 
 # %% [markdown]
-# ## Exercise 9.3 — Kendall's τ
+# ## Exercise 9.3 — Kendall's τ (★)
 #
 # Write `kendall_tau(a, b)` for two 1-D tensors of the same length $n$ (no ties): over all
 # $n(n-1)/2$ pairs $i < j$, count a pair as *concordant* when $a$ and $b$ order it the same
@@ -124,7 +124,7 @@ check("09.3", kendall_tau)
 # order of 8 rows, so each image gives 28 pairs.
 
 # %% [markdown]
-# ## Exercise 9.4 — Linear warm-up
+# ## Exercise 9.4 — Linear warm-up (★★)
 #
 # Write `warmup_factor(step, warmup_steps)`: the factor by which a linear warm-up multiplies
 # the learning rate at step `step` (counted from 0). It rises linearly, reaches 1 at step

@@ -27,7 +27,7 @@ import torch
 from book.checks import check
 
 # %% [markdown]
-# ## Exercise 10.1 — Patch tokens
+# ## Exercise 10.1 — Patch tokens (★★)
 #
 # A vision Transformer reads an image as a sequence of patches. Write `patchify(images,
 # patch)` for grey images `(B, H, W)` (both sides divisible by `patch`) that returns
@@ -59,7 +59,7 @@ check("10.1", patchify)
 # still learns something, which is what makes the mistake hard to see.
 
 # %% [markdown]
-# ## Exercise 10.2 — What an encoder layer computes
+# ## Exercise 10.2 — What an encoder layer computes (★★)
 #
 # Count the forward FLOPs of one encoder layer on `n` tokens of width `d_model`, with a
 # feed-forward of width `d_ff`, counting matrix products only and two FLOPs per
@@ -102,7 +102,7 @@ for d_model, d_ff in ((32, 64), (768, 3072)):
 # documents of many thousands of tokens.
 
 # %% [markdown]
-# ## Exercise 10.3 — Pooling a padded batch
+# ## Exercise 10.3 — Pooling a padded batch (★)
 #
 # Sequences of different lengths are padded to one length `L`; `keep (B, L)` is `True` at the
 # real tokens. Write `masked_mean(x, keep)` for token vectors `x (B, L, D)` that returns the
@@ -129,7 +129,7 @@ check("10.3", masked_mean)
 # attention itself (a padding mask on the keys; chapter 6, C22).
 
 # %% [markdown]
-# ## Exercise 10.4 — Neighbours on the grid
+# ## Exercise 10.4 — Neighbours on the grid (★★★)
 #
 # Chapter 10 gave each patch a window of ±4 tokens in reading order, which on a 4 × 4 grid
 # reaches the patch above and the patch below — but also the far end of the row above, and not

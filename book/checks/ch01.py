@@ -195,7 +195,10 @@ def _check_linear_rnn_gradient(candidate) -> None:
 # 01.4 how far a gradient survives
 # ------------------------------------------------------------------------------------------
 
-SURVIVAL_CASES = ((0.9, 1e-3), (0.5, 1e-3), (0.99, 1e-2), (0.62, 1e-6), (0.964, 1e-3), (0.3, 0.5))
+# Two cases where log(threshold) / log(|λ|) is a whole number (0.5³ = 0.125 exactly: the
+# smallest d with |λ|^d < threshold is 4, and math.ceil gives 3), and negative factors.
+SURVIVAL_CASES = ((0.9, 1e-3), (0.5, 1e-3), (0.99, 1e-2), (0.62, 1e-6), (0.964, 1e-3), (0.3, 0.5),
+                  (0.5, 0.125), (0.25, 0.0625), (-0.5, 0.125), (-0.9, 1e-3))  # fmt: skip
 
 
 def _steps_until_below_reference(lam: float, threshold: float) -> int:
@@ -216,13 +219,15 @@ def _check_steps_until_below(candidate) -> None:
         if got == expected:
             continue
         exact = math.log(threshold) / math.log(abs(lam))
-        if got == expected - 1:
+        if lam < 0 and got != _steps_until_below_reference(-lam, threshold):
+            hint = "λ may be negative: the size of the gradient shrinks by |λ| per step"
+        elif got == expected - 1:
             hint = (
                 f"one step short: |λ|^{got} = {abs(lam) ** got:.3g} is not yet below "
-                f"{threshold}; round log(threshold) / log(|λ|) = {exact:.3f} up, not down"
+                f"{threshold}. d must be strictly greater than log(threshold) / log(|λ|) = "
+                f"{exact:.3f}: the smallest such integer is floor of it + 1 (math.ceil is one "
+                "short when the ratio is a whole number)"
             )
-        elif got == round(exact) or got == int(exact):
-            hint = f"log(threshold) / log(|λ|) = {exact:.3f} must be rounded up (math.ceil)"
         else:
             hint = "find the smallest d with |λ|^d < threshold: d > log(threshold) / log(|λ|)"
         raise CheckFailed(f"{call} is {got}, expected {expected}: {hint}")

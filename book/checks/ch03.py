@@ -146,7 +146,9 @@ def _params(candidate):
 def _kv_cache(candidate):
     configs = (
         # layers, query heads, kv heads, head dim, tokens, batch, bytes
-        (2, 8, 2, 8, 10, 3, 4),  # small, fp32, batch 3: every mistake gives its own number
+        # 5 layers, 8 query heads over 2 kv heads, fp32, batch 3: every mistake (÷2, ÷5, ×4,
+        # ÷4, ÷3) gives its own number
+        (5, 8, 2, 8, 10, 3, 4),
         (32, 32, 32, 128, 4096, 1, 2),  # MHA, fp16
         (32, 32, 8, 128, 4096, 1, 2),  # GQA-8
         (32, 32, 1, 128, 4096, 1, 2),  # MQA
@@ -164,6 +166,7 @@ def _kv_cache(candidate):
 # Each typical mistake of 03.4: (what it changes in the true formula, the message naming it).
 _KV_MISTAKES = {
     "values": "a cache holds keys AND values: multiply by 2",
+    "layers": "every layer has its own keys and values: multiply by num_layers",
     "heads": "only the key/value heads are cached: use num_kv_heads, not num_heads",
     "bytes": "that is a number of elements: multiply by bytes_per_element",
     "batch": "each sequence of the batch has its own cache: multiply by batch_size",
@@ -172,9 +175,10 @@ _KV_MISTAKES = {
 
 def _kv_cache_wrong(mistakes, layers, h, kv, dh, n, b, nbytes) -> int:
     heads = h if "heads" in mistakes else kv
+    depth = 1 if "layers" in mistakes else layers
     batch = 1 if "batch" in mistakes else b
     element = 1 if "bytes" in mistakes else nbytes
-    total = kv_cache_bytes(layers, heads, dh, n, batch_size=batch, bytes_per_element=element)
+    total = kv_cache_bytes(depth, heads, dh, n, batch_size=batch, bytes_per_element=element)
     return total // 2 if "values" in mistakes else total
 
 

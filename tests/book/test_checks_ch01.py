@@ -121,6 +121,14 @@ def test_linear_rnn_gradient_mistakes_are_named(wrong, fragment):
 # ------------------------------------------------------------------------------------------
 
 
+def _multiply_without_abs(lam, threshold):
+    d, factor = 0, 1.0
+    while factor >= threshold:
+        factor *= lam
+        d += 1
+    return d
+
+
 def test_steps_until_below_correct_passes():
     passes("01.4", lambda lam, th: math.floor(math.log(th) / math.log(abs(lam))) + 1)
 
@@ -131,6 +139,14 @@ def test_steps_until_below_correct_passes():
         (lambda lam, th: math.floor(math.log(th) / math.log(abs(lam))), "one step short"),
         (lambda lam, th: 2 * math.ceil(math.log(th) / math.log(abs(lam))), "smallest d"),
         (lambda lam, th: math.log(th) / math.log(lam), "should be an int"),
+        # math.ceil passes every case where the ratio is not a whole number (0.5³ = 0.125)
+        (lambda lam, th: math.ceil(math.log(th) / math.log(abs(lam))), "math.ceil is one short"),
+        # a factor that is negative: the sign flips every step, the size shrinks by |λ|
+        (
+            lambda lam, th: math.floor(math.log(th) / math.log(lam)) + 1 if lam > 0 else 0,
+            "λ may be negative",
+        ),
+        (_multiply_without_abs, "λ may be negative"),
     ],
 )
 def test_steps_until_below_mistakes_are_named(wrong, fragment):

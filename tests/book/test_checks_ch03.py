@@ -91,10 +91,13 @@ def test_kv_cache_bytes():
     def with_query_heads(layers, h, kv, dh, n, b, nbytes):
         return cache_right(layers, h, h, dh, n, b, nbytes)
 
-    # The first config is MHA (kv = H): both mistakes agree there, so a GQA one catches it.
+    # The first config is GQA (8 query heads over 2 key/value heads).
     fails("03.4", with_query_heads, "use num_kv_heads, not num_heads")
     fails("03.4", lambda *a: cache_right(*a) // a[-1], "bytes_per_element")
     fails("03.4", lambda *a: cache_right(*a) // a[-2], "batch_size")
+    # Forgetting num_layers is named as such (the first config has 5 layers, not 2 = keys and
+    # values).
+    fails("03.4", lambda *a: cache_right(*a) // a[0], "multiply by num_layers")
 
 
 @pytest.mark.parametrize(

@@ -95,7 +95,10 @@ print(round(math.sqrt(score_variance(512, 1 / 3, 1 / 3, 1 / math.sqrt(512))), 4)
 #    $\operatorname{softmax}(s) = \operatorname{softmax}(s - \max s)$;
 # 3. treats `-inf` as "masked": weight 0;
 # 4. returns **zeros** for a row in which every entry is `-inf` (a query that may attend
-#    nothing), where the textbook formula gives `0/0 = NaN`.
+#    nothing), where the textbook formula gives `0/0 = NaN`;
+# 5. is differentiable, with the gradient `torch.softmax` has: attention is trained through
+#    its softmax, so avoid in-place operations (`exp_`, `div_`, `x[...] = ...`) on tensors
+#    autograd needs.
 #
 # Do not call `torch.softmax` or `torch.nn.functional.softmax`: build it from `exp`, `sum`
 # and `amax`.

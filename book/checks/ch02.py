@@ -202,6 +202,24 @@ def _check_softmax(candidate) -> None:
         hint="a query with no allowed key attends to nothing: all weights 0",
     )
 
+    # Differentiable: attention is trained through its softmax.
+    leaf = randn(2, 5, seed=4).requires_grad_(True)  # (2, n)
+    reference = randn(2, 5, seed=4).requires_grad_(True)
+    upstream = randn(2, 5, seed=5)  # an arbitrary gradient from the layers above
+    out = expect_tensor("stable_softmax(scores)", candidate(leaf * 1.0, dim=-1))
+    expect_true(out.requires_grad, "no gradient reaches the scores: is the output detached?")
+    try:
+        (out * upstream).sum().backward()
+    except RuntimeError as err:
+        raise CheckFailed(
+            f"backward through stable_softmax fails ({str(err).splitlines()[0]}): an in-place "
+            "operation (exp_, div_, masked_fill_, x[...] = ...) overwrote a tensor autograd "
+            "needs; use the out-of-place forms"
+        ) from None
+    (torch.softmax(reference, -1) * upstream).sum().backward()
+    expect_close("the gradient of stable_softmax with respect to scores", leaf.grad,
+                 reference.grad)  # fmt: skip
+
 
 # ------------------------------------------------------------------------------------------
 # 02.4 FLOPs of QKᵀ

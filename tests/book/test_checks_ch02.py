@@ -139,6 +139,22 @@ def test_softmax_with_nan_on_fully_masked_rows_fails():
     fails_with("02.3", unguarded, "fully masked row", "(-inf) - (-inf) = NaN")
 
 
+def test_softmax_that_breaks_backward_fails():
+    def in_place(scores, dim=-1):
+        row_max = scores.amax(dim=dim, keepdim=True)
+        row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+        exp = torch.exp(scores - row_max)
+        total = exp.sum(dim=dim, keepdim=True)
+        return exp.div_(torch.where(total == 0, torch.ones_like(total), total))  # in place
+
+    fails_with("02.3", in_place, "backward through stable_softmax fails", "in-place")
+
+
+def test_softmax_that_detaches_fails():
+    fails_with("02.3", lambda scores, dim=-1: good_softmax(scores.detach(), dim),
+               "no gradient reaches the scores")  # fmt: skip
+
+
 def test_softmax_ignoring_dim_fails():
     fails_with("02.3", lambda scores, dim=-1: good_softmax(scores, -1), "ignored dim")
 

@@ -3,7 +3,7 @@
 A verdict reached on the chapter's seeds, budget and initialisation may not survive other
 seeds, a longer run, torch's standard initialisation or another value of the claim's own knob
 (a learning rate, a length, a depth, a width). So each claim that training decides declares,
-next to its thresholds in ``book/experiments/chNN.py``, the changes it must survive::
+next to its thresholds in ``book/claims/chNN.py``, the changes it must survive::
 
     SCEPTIC_SWEEPS = (
         Sweep(
@@ -74,6 +74,8 @@ FORMAT_VERSION = 1
 FINGERPRINTED = ("book", "attention")
 # Modules of the book that cannot change a result (a progress bar): left out of it.
 NOT_FINGERPRINTED = ("book.progress",)
+# Where chapters declare their sweeps (TRANSITION: book.experiments until every chapter has moved).
+SWEEP_PACKAGES = ("book.claims", "book.experiments")
 
 
 @dataclass(frozen=True)
@@ -245,20 +247,21 @@ def source_fingerprint(run: Callable) -> tuple[str, list[str]]:
 
 
 def declared_sweeps() -> dict[str, tuple[int, Sweep]]:
-    """Every sweep declared by a chapter's experiments: claim id -> (chapter, sweep), from the
-    ``SCEPTIC_SWEEPS`` of each ``book.experiments.chNN``."""
-    import book.experiments as experiments
-
+    """Every sweep a chapter declares: claim id -> (chapter, sweep), from the
+    ``SCEPTIC_SWEEPS`` of each chapter's claims module ``book.claims.chNN``."""
     found: dict[str, tuple[int, Sweep]] = {}
-    for info in sorted(pkgutil.iter_modules(experiments.__path__), key=lambda i: i.name):
-        match = re.fullmatch(r"ch(\d{2})", info.name)
-        if match is None:
-            continue
-        module = importlib.import_module(f"book.experiments.{info.name}")
-        for sweep in getattr(module, "SCEPTIC_SWEEPS", ()):
-            if sweep.claim_id in found:
-                raise ValueError(f"{sweep.claim_id}: declared twice")
-            found[sweep.claim_id] = (int(match.group(1)), sweep)
+    for package in SWEEP_PACKAGES:
+        for info in sorted(
+            pkgutil.iter_modules(importlib.import_module(package).__path__), key=lambda i: i.name
+        ):
+            match = re.fullmatch(r"ch(\d{2})", info.name)
+            if match is None:
+                continue
+            module = importlib.import_module(f"{package}.{info.name}")
+            for sweep in getattr(module, "SCEPTIC_SWEEPS", ()):
+                if sweep.claim_id in found:
+                    raise ValueError(f"{sweep.claim_id}: declared twice")
+                found[sweep.claim_id] = (int(match.group(1)), sweep)
     return found
 
 

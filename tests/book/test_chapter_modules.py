@@ -15,7 +15,7 @@ import pytest
 from tests.imports import imported_names
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
-ROLES = ("experiments", "diagrams", "checks")
+ROLES = ("experiments", "claims", "diagrams", "checks")
 CHAPTER_MODULE = re.compile(rf"^book\.({'|'.join(ROLES)})\.ch(\d+)$")
 CHAPTER_FILES = sorted(p for role in ROLES for p in (BOOK / role).glob("ch[0-9]*.py"))
 NOTEBOOK_TWINS = sorted(

@@ -190,6 +190,7 @@ def train_classifier(
     clip: float | None = 1.0,
     seed: int = 0,
     eval_size: int = 512,
+    test: tuple[Tensor, Tensor] | None = None,
     threads: int | None = None,
     progress: bool = False,
     desc: str = "training",
@@ -202,6 +203,9 @@ def train_classifier(
     trained with the same seed see exactly the same examples in the same order. Clipping at 1
     is standard practice for LSTMs (a rare exploding step cannot wreck the run) and is applied
     to every model alike.
+
+    ``test = (inputs, labels)``, when given, is the held-out set instead (a fixed data set's
+    test split, such as the digits'); ``eval_size`` is then unused.
     """
     if isinstance(build, nn.Module) or not callable(build):
         raise TypeError(
@@ -226,7 +230,15 @@ def train_classifier(
         progress=progress,
         desc=desc,
     )
-    tokens, labels = make_batch(eval_size, torch.Generator().manual_seed(seed + 2))
+    if test is None:
+        tokens, labels = make_batch(eval_size, torch.Generator().manual_seed(seed + 2))
+    else:
+        tokens, labels = test
+        if len(tokens) != len(labels):
+            raise ValueError(
+                f"test must be (inputs, labels) of one length, got {len(tokens)} inputs and "
+                f"{len(labels)} labels"
+            )
     with torch.no_grad(), torch_threads(threads):
         accuracy = float((model(tokens).argmax(-1) == labels).float().mean())
     n_params = sum(p.numel() for p in model.parameters())

@@ -59,6 +59,22 @@ def test_train_classifier_gives_every_model_the_same_batches():
     assert all(torch.equal(a, b) for a, b in zip(seen["a"], seen["b"], strict=True))
 
 
+def test_train_classifier_scores_a_given_test_set_exactly():
+    """``test=(inputs, labels)``: the accuracy is on that set (here: every label flipped to a
+    class the model never predicts, so 0), and a length mismatch is an error."""
+    tokens, labels = _late_task(64, torch.Generator().manual_seed(5))
+    build = lambda: LSTMClassifier(20, 4, 8, 8)  # noqa: E731
+    run = train_classifier(build, _late_task, steps=40, lr=2e-2, seed=3, test=(tokens, labels))
+    with torch.no_grad():
+        expected = float((run.model(tokens).argmax(-1) == labels).float().mean())
+    assert run.accuracy == expected > 0.8
+    wrong = (run.model(tokens).argmax(-1) + 1) % 4
+    assert train_classifier(build, _late_task, steps=40, lr=2e-2, seed=3,
+                            test=(tokens, wrong)).accuracy == 0.0  # fmt: skip
+    with pytest.raises(ValueError, match="test must be"):
+        train_classifier(build, _late_task, steps=1, test=(tokens, labels[:3]))
+
+
 def test_train_classifier_rejects_bad_arguments():
     with pytest.raises(TypeError, match="build must be a function"):
         train_classifier(LSTMClassifier(20, 4, 4, 4), _late_task, steps=1)

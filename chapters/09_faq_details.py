@@ -37,39 +37,40 @@
 #   pick the one whose prior fits a task.
 
 # %%
-import math
-
+#| default_exp ch09
 import matplotlib.pyplot as plt
 import torch
 
-from attention.normalizers import normalized_attention
 from book.claims import claims_table, record_claim
-from book.data import digits
-from book.diagrams.ch09 import layernorm_placement, reach_per_layer
-from book.experiments.ch09 import (
-    IMPORTANCES,
-    N_SYMBOLS,
-    TASKS,
-    VARIANTS,
-    adversarial_attention,
+from book.claims.ch09 import (
+    BREAK_GAP,
+    FAR,
+    FLAT,
+    GAIN,
+    GROW,
+    MARGIN,
+    MAX_AGREEMENT,
+    MIN_FRACTION,
+    MIN_GAP,
+    SHRINK,
+    TOL,
+    WIN_GAP,
     assert_breaks,
     assert_c29_not_faithful,
     assert_c30_stability,
     assert_gradient_predictions,
     assert_prior_wins,
     assert_softmax_not_beaten,
-    diverged,
-    importances,
-    init_gradients,
-    layer_costs,
-    layer_gradient_norms,
-    mean_rank_correlation,
-    softmax_verdict,
-    train_depth,
-    train_digits,
-    train_mixer,
-    train_retrieval,
+    assert_stated,
+    c29_repairs_verdict,
+    c29_verdict,
+    c30_verdict,
+    priors_verdict,
+    q_softmax_verdict,
+    run_failed,
 )
+from book.data import digits
+from book.diagrams.ch09 import layernorm_placement, reach_per_layer
 from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.plotting import plot_bar_spread, set_style
 from book.progress import progress
@@ -79,6 +80,31 @@ make_deterministic(0)
 # Small models: one thread is the fastest here, and it makes every run of the chapter, two
 # cores or one, compute the same numbers (a reduction split over threads rounds differently).
 torch.set_num_threads(1)
+
+# %% [markdown]
+# The models, tasks and training steps of this chapter are defined on this page. The cells
+# that start with `#| export` are copied by `make export` into `book.pages.ch09`, from which
+# the claims module (`book.claims.ch09`: thresholds and verdicts), the exercise checks and
+# the tests import them. Their imports:
+
+# %%
+#| export
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attention.blocks import EncoderLayer
+from attention.checks import check_choice, check_positive_int
+from attention.heads import MultiHeadAttention, merge_heads, split_heads
+from attention.normalizers import NORMALIZERS, normalize_scores, normalized_attention
+from book.experiments.training import TrainLog, fit, linear_warmup, train_classifier
+from measure.flops import matmul_flop_counter
+
+Tensor = torch.Tensor
 
 # %% [markdown]
 # ## 9.1 Why softmax?
@@ -99,9 +125,24 @@ torch.set_num_threads(1)
 # - **plain-normalised**, $w_j = s_j / \sum_i s_i$: sums to one, but weights can be negative
 #   and explode when the sum of the scores is near zero.
 #
-# One row of four scores, through each normaliser (`normalized_attention` with queries and
-# keys chosen so that $q \cdot k_j / \sqrt{d}$ gives these scores, and the identity as values,
-# so that the output *is* the weight row):
+# Each is a `(normalizer, score_bias)` pair of `normalized_attention` (`score_bias=None`
+# means $-\log n$ for the sigmoid):
+
+# %%
+#| export
+# The normalisers compared: name -> (normalizer, score_bias) for attention.normalizers.
+VARIANTS: dict[str, tuple[str, float | None]] = {
+    "softmax": ("softmax", None),
+    "sigmoid": ("sigmoid", 0.0),
+    "sigmoid −log n": ("sigmoid", None),
+    "relu-normalised": ("relu", None),
+    "plain-normalised": ("plain", None),
+}
+
+# %% [markdown]
+# One row of four scores, through each normaliser (queries and keys chosen so that $q \cdot
+# k_j / \sqrt{d}$ gives these scores, and the identity as values, so that the output *is*
+# the weight row):
 
 # %%
 row = torch.tensor([1.5, 0.5, -0.25, -1.0])  # the scores we want
@@ -121,26 +162,161 @@ for name, (normalizer, bias) in VARIANTS.items():
 #
 # **The task.** A retrieval problem, the thing attention is for: 8 (key, value) pairs of
 # symbols, with distinct keys, and a query equal to one of the keys; the model must output
-# that key's value (64 possible symbols, so chance is 1/64). The model is one attention head
-# and nothing else: the pair tokens are key embedding + value embedding, the query token is
-# the query's key embedding, and a linear read-out maps the attention output to a symbol.
-# Every normaliser trains the same model from the same initial weights on the same batches
-# (Adam, learning rate 0.003, gradient clipping at 1, 200 steps of 64 examples), three
-# seeds. We test on fresh examples with the training length, 8 pairs, and with 32 pairs —
-# a model that relies on its weights summing to a particular amount will notice.
-#
-# **Thresholds, set before the run.** "Softmax is the best overall" would be refuted by a
-# normaliser whose mean accuracy beats softmax's by more than `MARGIN` = 0.02 at either
-# length; it is fully confirmed only if every other normaliser is more than `MARGIN` below.
-# A normaliser "breaks" when its mean accuracy is at least `BREAK_GAP` = 0.3 below softmax's.
-# From the definitions we expect plain normalisation to break.
+# that key's value (64 possible symbols, so chance is 1/64).
 
 # %%
-MARGIN, BREAK_GAP = 0.02, 0.3
+#| export
+N_SYMBOLS = 64  # keys and values are drawn from 64 symbols each
+
+
+def retrieval_batch(
+    batch_size: int, generator: torch.Generator, *, n_pairs: int = 8, n_symbols: int = N_SYMBOLS
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``n_pairs`` (key, value) pairs with distinct keys, and a query equal to one key.
+
+    Returns ``keys (B, n)``, ``values (B, n)``, ``query (B,)`` and ``target (B,)``, the value
+    paired with the query's key.
+    """
+    check_positive_int("n_pairs", n_pairs)
+    if n_pairs > n_symbols:
+        raise ValueError(f"n_pairs must be <= n_symbols ({n_symbols}), got {n_pairs}")
+    keys = torch.rand(batch_size, n_symbols, generator=generator).argsort(-1)[:, :n_pairs]
+    values = torch.randint(n_symbols, (batch_size, n_pairs), generator=generator)  # (B, n)
+    pick = torch.randint(n_pairs, (batch_size,), generator=generator)  # (B,)
+    rows = torch.arange(batch_size)
+    return keys, values, keys[rows, pick], values[rows, pick]
+
+
+# %% [markdown]
+# **The model** is one attention head and nothing else: the pair tokens are key embedding +
+# value embedding, the query token is the query's key embedding, and a linear read-out maps
+# the attention output to a symbol. The normaliser is its one knob.
+
+# %%
+#| export
+class RetrievalModel(nn.Module):
+    """One attention head over (key, value) pair tokens, queried by the query's key.
+
+    Pair token ``j`` = ``key_emb(key_j) + value_emb(value_j)``; the query token =
+    ``key_emb(query)``; ``logits = out(attend(W_q q, W_k x, W_v x))`` with the normaliser
+    under test (no mask: every pair may be attended). ``forward(keys (B, n), values (B, n),
+    query (B,)) -> (logits (B, S), weights (B, n))``.
+    """
+
+    def __init__(
+        self,
+        normalizer: str,
+        *,
+        score_bias: float | None = None,
+        d_model: int = 32,
+        n_symbols=N_SYMBOLS,
+    ):
+        super().__init__()
+        self.normalizer = check_choice("normalizer", normalizer, NORMALIZERS)
+        self.score_bias = score_bias
+        self.key_emb = nn.Embedding(n_symbols, d_model)
+        self.value_emb = nn.Embedding(n_symbols, d_model)
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out = nn.Linear(d_model, n_symbols)
+
+    def forward(self, keys: Tensor, values: Tensor, query: Tensor) -> tuple[Tensor, Tensor]:
+        x = self.key_emb(keys) + self.value_emb(values)  # (B, n, D)
+        q = self.q_proj(self.key_emb(query))[:, None, None]  # (B, 1, 1, D)
+        k = self.k_proj(x)[:, None]  # (B, 1, n, D)
+        v = self.v_proj(x)[:, None]  # (B, 1, n, D)
+        out, weights = normalized_attention(
+            q, k, v, normalizer=self.normalizer, score_bias=self.score_bias, need_weights=True
+        )  # (B, 1, 1, D), (B, 1, 1, n)
+        return self.out(out[:, 0, 0]), weights[:, 0, 0]  # (B, S), (B, n)
+
+
+# %% [markdown]
+# **Training.** Every normaliser trains the same model from the same initial weights on the
+# same batches: the parameters come from `seed`, the batches from `seed + 1` (Adam, learning
+# rate 0.003, gradient clipping at 1, 200 steps of 64 examples), three seeds. We test on
+# 1000 fresh examples (from `seed + 2`) with the training length, 8 pairs, and with 32
+# pairs — a model that relies on its weights summing to a particular amount will notice.
+
+# %%
+#| export
+def retrieval_loss(model: RetrievalModel, batch) -> Tensor:
+    """Cross-entropy of the predicted value against the target."""
+    keys, values, query, target = batch
+    return F.cross_entropy(model(keys, values, query)[0], target)
+
+
+def train_retrieval(
+    variant: str, *, seed: int, n_pairs=8, steps=200, lr=3e-3, batch_size=64
+) -> tuple[RetrievalModel, TrainLog]:
+    """:class:`RetrievalModel` with the normaliser ``variant`` (a key of :data:`VARIANTS`),
+    trained by :func:`fit`: parameters from ``seed``, batches from ``seed + 1``."""
+    normalizer, bias = VARIANTS[check_choice("variant", variant, list(VARIANTS))]
+    torch.manual_seed(seed)
+    model = RetrievalModel(normalizer, score_bias=bias)
+    log = fit(model, lambda g: retrieval_batch(batch_size, g, n_pairs=n_pairs), retrieval_loss,
+              steps=steps, lr=lr, data_seed=seed + 1, clip=1.0, threads=1)  # fmt: skip
+    return model, log
+
+
+def retrieval_accuracy(model: RetrievalModel, *, n_pairs: int, seed: int, size: int = 1000):
+    """Held-out accuracy on ``size`` fresh examples with ``n_pairs`` pairs (NaN counts wrong)."""
+    batch = retrieval_batch(size, torch.Generator().manual_seed(seed), n_pairs=n_pairs)
+    with torch.no_grad():
+        logits = model(*batch[:3])[0]  # (size, S)
+    return float((logits.argmax(-1) == batch[3]).float().mean())
+
+
+# %% [markdown]
+# Before training, the gradients at initialisation: the model's forward pass written out
+# with the scores kept, so that we can see which rows get a gradient at all.
+
+# %%
+#| export
+def init_gradients(variant: str, *, seed: int = 0, n_pairs: int = 8, size: int = 512) -> dict:
+    """At initialisation: the gradient norm reaching the query projection, the fraction of
+    examples whose scores get no gradient at all, the row sums of the weights and the largest
+    absolute weight."""
+    normalizer, bias = VARIANTS[variant]
+    torch.manual_seed(seed)
+    model = RetrievalModel(normalizer, score_bias=bias)
+    keys, values, query, target = retrieval_batch(
+        size, torch.Generator().manual_seed(seed + 1), n_pairs=n_pairs
+    )
+    x = model.key_emb(keys) + model.value_emb(values)  # (B, n, D)
+    q = model.q_proj(model.key_emb(query))[:, None, None]  # (B, 1, 1, D)
+    k = model.k_proj(x)[:, None]  # (B, 1, n, D)
+    v = model.v_proj(x)[:, None]  # (B, 1, n, D)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, 1, 1, n)
+    scores.retain_grad()
+    weights = normalize_scores(scores, normalizer=normalizer, score_bias=bias)  # (B, 1, 1, n)
+    loss = F.cross_entropy(model.out((weights @ v)[:, 0, 0]), target)
+    loss.backward()
+    dead = (scores.grad.abs().amax(-1) == 0).float().mean()
+    w = weights.detach()[:, 0, 0]  # (B, n)
+    return {
+        "grad_norm_q": float(model.q_proj.weight.grad.norm()),
+        "dead_rows": float(dead),
+        "row_sum_mean": float(w.sum(-1).mean()),
+        "max_abs_weight": float(w.abs().max()),
+    }
+
+
+# %% [markdown]
+# **Thresholds, set before the run** (named in `book.claims.ch09`). "Softmax is the best
+# overall" would be refuted by a normaliser whose mean accuracy beats softmax's by more than
+# `MARGIN = 0.02` at either length; it is fully confirmed only if every other normaliser is
+# more than `MARGIN` below, at both lengths (`q_softmax_verdict`). A normaliser "breaks"
+# when its mean accuracy is at least `BREAK_GAP = 0.3` below softmax's. From the definitions
+# we expect plain normalisation to break.
+
+# %%
 SHORT, LONG = 8, 32
-RETRIEVAL = {"n_pairs": SHORT, "long_pairs": LONG, "steps": 200, "lr": 3e-3, "batch_size": 64}
-print("setup of every run:", RETRIEVAL, "| symbols:", N_SYMBOLS,
+RETRIEVAL = {"n_pairs": SHORT, "steps": 200, "lr": 3e-3, "batch_size": 64}
+print("setup of every run:", RETRIEVAL, "| tested at:", (SHORT, LONG), "| symbols:", N_SYMBOLS,
       "| chance:", f"1/{N_SYMBOLS}", "| seeds:", SEEDS)  # fmt: skip
+print(f"thresholds: MARGIN {MARGIN}, BREAK_GAP {BREAK_GAP}")
 
 grad_rows = {name: init_gradients(name) for name in VARIANTS}
 print("at initialisation (512 examples of 8 pairs):")
@@ -154,19 +330,23 @@ for name, g in grad_rows.items():
 # one and no row is cut off from the gradient. The plain sigmoid's rows sum to about half
 # the number of keys, so the output starts as a blur of all values, several times too large. With
 # the $-\log n$ bias the sum is back near one and the gradient is softmax's size. ReLU
-# normalisation leaves a share of the examples with no positive score at all: those rows
-# output zero and send no gradient back (the "rows w/o grad" column). Plain normalisation
+# normalisation cuts a share of the examples off from the gradient (the "rows w/o grad"
+# column): a row with no positive score outputs zero, and a row with a single positive
+# score puts weight $s/s = 1$ on that key whatever its score — in both, the scores get no
+# gradient (in exact arithmetic; float32 leaves some single-positive rows a round-off
+# gradient, so the share printed depends on rounding). Plain normalisation
 # produces weights far outside $[0, 1]$ — a sum of scores near zero in the denominator — and
 # a gradient orders of magnitude larger than softmax's. Now the training runs:
 
 # %%
-retrieval = [
-    train_retrieval(name, seed=seed, **RETRIEVAL)
-    for name, seed in progress([(n, s) for n in VARIANTS for s in SEEDS], desc="normaliser x seed")
-]
-acc = {n: [r.accuracy for r in retrieval if r.variant == n] for n in VARIANTS}
-acc_long = {n: [r.long_accuracy for r in retrieval if r.variant == n] for n in VARIANTS}
-n_diverged = {n: sum(r.diverged for r in retrieval if r.variant == n) for n in VARIANTS}
+acc = {n: [] for n in VARIANTS}  # held-out accuracy at SHORT pairs, per seed
+acc_long = {n: [] for n in VARIANTS}  # at LONG pairs
+n_diverged = dict.fromkeys(VARIANTS, 0)  # runs with a non-finite loss
+for name, seed in progress([(n, s) for n in VARIANTS for s in SEEDS], desc="normaliser x seed"):
+    model, log = train_retrieval(name, seed=seed, **RETRIEVAL)
+    acc[name].append(retrieval_accuracy(model, n_pairs=SHORT, seed=seed + 2))
+    acc_long[name].append(retrieval_accuracy(model, n_pairs=LONG, seed=seed + 2))
+    n_diverged[name] += not all(math.isfinite(x) for x in log.losses)
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
@@ -187,13 +367,12 @@ for name in VARIANTS:
           f"{LONG} pairs {sl.mean:.3f} ({sl.min:.3f}-{sl.max:.3f})   "
           f"non-finite: {n_diverged[name]}")  # fmt: skip
 
-# %%
+# %% tags=["nbval-check-output"]
 assert_softmax_not_beaten(acc, margin=MARGIN)
 assert_softmax_not_beaten(acc_long, margin=MARGIN)
 assert_breaks(acc, ["plain-normalised"], gap=BREAK_GAP)
-verdicts = {softmax_verdict(acc, margin=MARGIN), softmax_verdict(acc_long, margin=MARGIN)}
-softmax_claim = "reproduced" if verdicts == {"reproduced"} else "partly"
-print("verdict:", softmax_claim, "| per length:", sorted(verdicts))
+softmax_claim = q_softmax_verdict({SHORT: acc, LONG: acc_long}, margin=MARGIN)
+print("verdict:", softmax_claim)
 record_claim(
     "Q-softmax",
     claim="Softmax is the best normaliser for attention overall",
@@ -205,23 +384,30 @@ record_claim(
     )
     + f" (accuracy at {SHORT}/{LONG} pairs)",
 )
+# The verdict below is written for this outcome; if a change makes the computed verdict
+# differ, this stops the notebook until the prose is rewritten.
+assert_stated("Q-softmax", softmax_claim, stated="reproduced")
 
 # %% [markdown]
-# **Verdict on "softmax is the best overall": reproduced, on this task.** Every alternative
+# **Verdict on "softmax is the best overall": reproduced, on this task and at this budget**
+# (the verdict `q_softmax_verdict` computed above; `assert_stated` stops the notebook if a
+# change makes it differ from this sentence). Every alternative
 # trails the softmax by more than `MARGIN`, at the training length and at four times it, in
 # every seed; the printout shows by how much. What breaks is what the definitions predict.
 # Plain normalisation never learns: its weights are unbounded, the gradient is dominated by
 # rows whose scores happen to sum to nearly zero, and the accuracy stays near chance. The
-# plain sigmoid learns, but more slowly, and it falls apart at 32 pairs: its weights do not
-# compete, so four times as many distractors add four times as much noise to the output.
-# The $-\log n$ bias repairs most of that — its weights adapt to the length — which is
-# Ramapuram et al.'s point;
+# plain sigmoid learns, but more slowly, and at 200 steps it falls apart at 32 pairs: its
+# weights do not compete, so four times as many distractors add four times as much noise to
+# the output. The $-\log n$ bias repairs most of that — its weights adapt to the length —
+# which is Ramapuram et al.'s point;
 # their claim is that with this bias (and their normalisation of the whole block) sigmoid
 # attention *matches* softmax in large models, which 200 steps of a one-head model cannot
 # confirm or refute. ReLU normalisation learns, minus the rows it leaves without a gradient.
 # So softmax is the safe default, and the reasons are the three properties it has together —
 # positive, summing to one, competition between keys. What this experiment cannot show is
-# "overall": one task, one layer, 200 steps. The closest rival, sigmoid with the bias, is
+# "overall": one task, one layer, 200 steps — and the ranking is a statement about speed of
+# learning at this budget as much as about the end point: trained longer, the sigmoids close
+# in. The closest rival, sigmoid with the bias, is
 # exactly the one whose authors report parity at scale, with training recipes a minute of
 # CPU cannot reproduce.
 
@@ -246,36 +432,321 @@ record_claim(
 # scikit-learn (`book.data.digits`, 1,347 training and 450 test images). Each image row is a
 # token (8 pixels, linearly embedded, with a learned position), a `[CLS]` token is prepended,
 # two pre-LN encoder layers of the package (`attention.blocks.EncoderLayer`, width 32, two
-# heads) follow, and the class is read from `[CLS]`. Three seeds, 150 steps of 32 images.
-#
-# **Five importance scores** of the 8 rows, for the predicted class: the last layer's
-# attention from `[CLS]` (heads averaged); gradient × input ($|\sum_\text{pixels} x \cdot
-# \partial \text{logit} / \partial x|$ per row); leave-one-out (the drop of the predicted
-# class's probability when the row is blanked to background); the norm-based score; and
-# rollout. We take leave-one-out as the reference — it measures what removing a row does —
-# and compare the others with it by Kendall's $\tau$ over the 8 rows of each test image (1 =
-# the same order, 0 = unrelated), averaged over 200 test images.
-#
-# **Thresholds, set before the run.** Attention "agrees" with leave-one-out if the mean
-# $\tau$ reaches `MAX_AGREEMENT` = 0.5 (three quarters of the row pairs in the same order).
-# An adversarial distribution "exists" for an image when we find `[CLS]` weights in the last
-# layer at least `FAR` = 0.3 bits away (Jensen–Shannon divergence, heads averaged; 1 bit =
-# no overlap) that move the output distribution by at most `TOL` = 0.01 (total variation)
-# and keep the predicted class. C29 holds if agreement stays below `MAX_AGREEMENT` in every
-# seed and an adversary exists for at least `MIN_FRACTION` = 0.5 of the images in every seed.
-# The article adds that value norms and the mixing across layers are what matter; a repair
-# (norm-based score or rollout) counts as more faithful if its mean $\tau$ with
-# leave-one-out is at least `GAIN` = 0.1 above raw attention's.
+# heads) follow, and the class is read from `[CLS]`. To search for other attention
+# distributions we need to *set* the `[CLS]` row of the last layer's weights, so that layer
+# is written out (`last_layer`; the tests check it equals the package's layer), and
+# `cls_logits` recomputes only the `[CLS]` position, the one the prediction depends on.
 
-# %% tags=["nbval-check-output"] tolerance="trained"
-MAX_AGREEMENT, FAR, TOL, MIN_FRACTION, GAIN = 0.5, 0.3, 0.01, 0.5, 0.1
+# %%
+#| export
+ROWS = 8  # an 8 × 8 digit is 8 row tokens of 8 pixels
+
+
+class DigitsAttention(nn.Module):
+    """Digits as 8 row tokens + a ``[CLS]`` token; pre-LN encoder layers; class from ``[CLS]``.
+
+    ``forward(images (B, 8, 8)) -> logits (B, 10)`` (no mask: every token may attend to every
+    token); :meth:`run` also returns every layer's input and its per-head weights, and can
+    replace the ``[CLS]`` row of the last layer's weights (``cls_weights (B, H, L)``, L = 9).
+    """
+
+    def __init__(self, *, d_model: int = 32, num_heads: int = 2, num_layers: int = 2):
+        super().__init__()
+        self.embed = nn.Linear(ROWS, d_model)
+        self.pos = nn.Parameter(torch.randn(ROWS + 1, d_model) * 0.1)
+        self.cls = nn.Parameter(torch.randn(d_model) * 0.1)
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, num_heads, 2 * d_model, pre_ln=True) for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, 10)
+
+    def tokens(self, images: Tensor) -> Tensor:
+        b = images.shape[0]
+        rows = self.embed(images)  # (B, 8, D)
+        cls = self.cls.expand(b, 1, -1)  # (B, 1, D)
+        return torch.cat([cls, rows], dim=1) + self.pos  # (B, 9, D)
+
+    @staticmethod
+    def last_layer(layer: EncoderLayer, x: Tensor, cls_weights: Tensor | None):
+        """A pre-LN layer written out, so that the ``[CLS]`` row of its weights can be set."""
+        attn: MultiHeadAttention = layer.self_attn
+        h = layer.norm1(x)  # (B, L, D)
+        q = split_heads(attn.q_proj(h), num_heads=attn.num_heads)  # (B, H, L, Dh)
+        k = split_heads(attn.k_proj(h), num_heads=attn.num_heads)  # (B, H, L, Dh)
+        v = split_heads(attn.v_proj(h), num_heads=attn.num_heads)  # (B, H, L, Dh)
+        weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(-1)  # (B, H, L, L)
+        if cls_weights is not None:
+            weights = torch.cat([cls_weights[:, :, None], weights[:, :, 1:]], dim=2)
+        x = x + attn.out_proj(merge_heads(weights @ v))  # (B, L, D)
+        x = x + layer.ff(layer.norm2(x))  # (B, L, D)
+        return x, weights, v
+
+    def run(self, images: Tensor, *, cls_weights: Tensor | None = None) -> dict:
+        x = self.tokens(images)  # (B, 9, D)
+        inputs, all_weights = [], []
+        for layer in self.layers[:-1]:
+            inputs.append(x)
+            x, w = layer(x, need_weights=True)  # (B, 9, D), (B, H, 9, 9)
+            all_weights.append(w)
+        inputs.append(x)
+        x, w, v = self.last_layer(self.layers[-1], x, cls_weights)
+        all_weights.append(w)
+        logits = self.head(self.norm(x[:, 0]))  # (B, 10)
+        return {"logits": logits, "weights": all_weights, "inputs": inputs, "values": v}
+
+    def from_last_input(self, x: Tensor, cls_weights: Tensor | None = None) -> Tensor:
+        """Logits from the last layer's input ``x (B, 9, D)``, with its ``[CLS]`` weights set."""
+        out, _, _ = self.last_layer(self.layers[-1], x, cls_weights)
+        return self.head(self.norm(out[:, 0]))  # (B, 10)
+
+    def cls_logits(self, x: Tensor, values: Tensor, cls_weights: Tensor) -> Tensor:
+        """The logits given the last layer's input ``x (B, 9, D)``, its values ``(B, H, 9, Dh)``
+        and ``[CLS]`` weights ``(B, H, 9)``: only the ``[CLS]`` position is computed (the
+        prediction depends on nothing else), as :meth:`from_last_input` would."""
+        layer = self.layers[-1]
+        a = merge_heads(cls_weights[:, :, None] @ values)  # (B, 1, D)
+        y = x[:, :1] + layer.self_attn.out_proj(a)  # (B, 1, D)
+        y = y + layer.ff(layer.norm2(y))  # (B, 1, D)
+        return self.head(self.norm(y[:, 0]))  # (B, 10)
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.run(images)["logits"]
+
+
+# %% [markdown]
+# **Training** is the book's classifier loop, `train_classifier` (Adam, clipping at 1;
+# parameters from `seed`, batches from `seed + 1`), on batches drawn from the fixed training
+# images, scored on the fixed test split. Three seeds, 150 steps of 32 images. The batches
+# come from `sampler`, which draws examples with replacement from a fixed set (section 9.4
+# uses it too):
+
+# %%
+#| export
+def sampler(inputs: Tensor, labels: Tensor) -> Callable[[int, torch.Generator], tuple]:
+    """A ``make_batch(batch_size, generator)`` for :func:`train_classifier` that draws
+    ``batch_size`` examples, with replacement, from the fixed set ``inputs (N, ...)``,
+    ``labels (N,)``."""
+    if len(inputs) != len(labels):
+        raise ValueError(
+            f"inputs and labels must be of one length, got {len(inputs)} and {len(labels)}"
+        )
+
+    def make_batch(batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        idx = torch.randint(len(labels), (batch_size,), generator=generator)  # (B,)
+        return inputs[idx], labels[idx]
+
+    return make_batch
+
+
+# %%
 N_IMAGES, N_ADVERSARIAL = 200, 64
 DIGITS = {"steps": 150, "batch_size": 32, "lr": 3e-3}
 data = digits()
 images = data.test_images[:N_IMAGES]
+digit_runs = [
+    train_classifier(DigitsAttention, sampler(data.train_images, data.train_labels), seed=s,
+                     test=(data.test_images, data.test_labels), threads=1, **DIGITS)  # fmt: skip
+    for s in progress(SEEDS, desc="classifier seeds")
+]
+
+# %% [markdown]
+# **Five importance scores** of the 8 rows, for the predicted class: the last layer's
+# attention from `[CLS]` (heads averaged); gradient × input ($|\sum_\text{pixels} x \cdot
+# \partial \text{logit} / \partial x|$ per row); leave-one-out (the drop of the predicted
+# class's probability when the row is blanked to background); the norm-based score; and
+# rollout.
+
+# %%
+#| export
+IMPORTANCES = ("attention", "gradient × input", "leave-one-out", "norm ‖α·f(x)‖", "rollout")
+
+
+def rollout(weights: Sequence[Tensor]) -> Tensor:
+    """Attention rollout (Abnar & Zuidema 2020): per layer the head-averaged weights plus the
+    residual, ``0.5·A + 0.5·I`` (rows renormalised), multiplied from the first layer up.
+    ``weights``: per layer ``(B, H, L, L)``; returns ``(B, L, L)``."""
+    out = None
+    for w in weights:
+        a = w.mean(1)  # (B, L, L)
+        a = 0.5 * a + 0.5 * torch.eye(a.shape[-1], dtype=a.dtype)  # (B, L, L)
+        a = a / a.sum(-1, keepdim=True)  # (B, L, L)
+        out = a if out is None else a @ out  # (B, L, L)
+    return out
+
+
+def importances(model: DigitsAttention, images: Tensor) -> dict[str, Tensor]:
+    """Five importance scores of the 8 rows of ``images (B, 8, 8)`` for the predicted class:
+    ``name -> (B, 8)``.
+
+    - attention: the last layer's ``[CLS]`` row, averaged over heads;
+    - gradient × input: ``|Σ_pixels x · ∂logit/∂x|`` of each row;
+    - leave-one-out: the drop of the predicted class's probability when the row is blanked
+      (set to 0, the background);
+    - norm ``‖α·f(x)‖`` (Kobayashi et al.): the length of what row ``j`` adds to the
+      ``[CLS]`` output of the last attention, ``‖Σ_h α_h W_O^h v_h,j‖``;
+    - rollout: the ``[CLS]`` row of :func:`rollout` over all layers.
+    """
+    model.eval()
+    x = images.clone().requires_grad_(True)  # (B, 8, 8)
+    out = model.run(x)
+    pred = out["logits"].argmax(-1)  # (B,)
+    chosen = out["logits"].gather(1, pred[:, None]).sum()
+    (grad,) = torch.autograd.grad(chosen, x)  # (B, 8, 8)
+    with torch.no_grad():
+        probs = out["logits"].softmax(-1).gather(1, pred[:, None])[:, 0]  # (B,)
+        loo = []
+        for r in range(ROWS):
+            blank = images.clone()  # (B, 8, 8)
+            blank[:, r] = 0.0
+            p = model(blank).softmax(-1).gather(1, pred[:, None])[:, 0]  # (B,)
+            loo.append(probs - p)
+        last = out["weights"][-1][:, :, 0, 1:]  # (B, H, 8)
+        attn = model.layers[-1].self_attn
+        v = out["values"][:, :, 1:]  # (B, H, 8, Dh)
+        dh = v.shape[-1]
+        w_o = attn.out_proj.weight.view(attn.d_model, attn.num_heads, dh)  # (D, H, Dh)
+        contrib = torch.einsum("bhj,bhjd,ehd->bje", last, v, w_o)  # (B, 8, D)
+        return {
+            "attention": last.mean(1),
+            "gradient × input": (grad * images).sum(-1).abs(),
+            "leave-one-out": torch.stack(loo, dim=1),
+            "norm ‖α·f(x)‖": contrib.norm(dim=-1),
+            "rollout": rollout([w.detach() for w in out["weights"]])[:, 0, 1:],
+        }
+
+
+# %% [markdown]
+# We take leave-one-out as the reference — it measures what removing a row does — and
+# compare the others with it by Kendall's $\tau$ over the 8 rows of each test image (1 =
+# the same order, 0 = unrelated; exercise 09.3 writes it), and Spearman's $\rho$, averaged
+# over 200 test images.
+
+# %%
+#| export
+def _ranks(x: Tensor) -> Tensor:
+    """Ranks (0 = smallest) along the last dim, ties broken by position (continuous data)."""
+    return x.argsort(-1).argsort(-1).to(torch.float64)
+
+
+def spearman(a: Tensor, b: Tensor) -> Tensor:
+    """Spearman rank correlation per row of ``(N, n)`` tensors -> ``(N,)``."""
+    ra, rb = _ranks(a), _ranks(b)  # (N, n) each
+    ra, rb = ra - ra.mean(-1, keepdim=True), rb - rb.mean(-1, keepdim=True)
+    return (ra * rb).sum(-1) / (ra.norm(dim=-1) * rb.norm(dim=-1))
+
+
+def kendall(a: Tensor, b: Tensor) -> Tensor:
+    """Kendall's τ (τ-a: no ties expected) per row of ``(N, n)`` tensors -> ``(N,)``."""
+    da = torch.sign(a[:, :, None] - a[:, None, :])  # (N, n, n)
+    db = torch.sign(b[:, :, None] - b[:, None, :])  # (N, n, n)
+    n = a.shape[-1]
+    return (da * db).sum((-2, -1)).to(torch.float64) / (n * (n - 1))
+
+
+def mean_rank_correlation(a: Tensor, b: Tensor, *, kind: str = "kendall") -> float:
+    """The mean over rows of :func:`kendall` (or :func:`spearman`) of ``(N, n)`` tensors."""
+    check_choice("kind", kind, ("kendall", "spearman"))
+    fn = kendall if kind == "kendall" else spearman
+    return float(fn(a.double(), b.double()).mean())
+
+
+# %% [markdown]
+# **The adversary.** For test (ii), we search, per image, for `[CLS]` weights of the last
+# layer as different as possible from the model's own (Jensen–Shannon divergence in bits,
+# averaged over heads; 0 = the same, 1 = no overlap) while the output distribution moves by
+# at most `tol` in total variation: gradient ascent over the weights' logits, started from
+# the model's own weights plus noise, with a penalty once the output moves by more than half
+# of `tol`; the best candidate within `tol` seen per image is kept.
+
+# %%
+#| export
+def jensen_shannon(p: Tensor, q: Tensor) -> Tensor:
+    """JSD in bits (0 … 1) between distributions along the last dim."""
+    m = 0.5 * (p + q)
+
+    def kl(a, b):
+        return (a * (torch.log2(a.clamp_min(1e-12)) - torch.log2(b.clamp_min(1e-12)))).sum(-1)
+
+    return 0.5 * kl(p, m) + 0.5 * kl(q, m)
+
+
+@dataclass(frozen=True)
+class Adversary:
+    jsd: Tensor  # (B,) JSD (bits) between the found and the model's own [CLS] weights, head-mean
+    output_change: Tensor  # (B,) total variation distance between the two output distributions
+    same_prediction: Tensor  # (B,) bool
+    weights: Tensor  # (B, H, L) the found [CLS] weights
+
+
+def adversarial_attention(
+    model: DigitsAttention, images: Tensor, *, steps: int = 200, lr: float = 0.1, tol=0.01
+) -> Adversary:
+    """Search, per image of ``images (B, 8, 8)``, for ``[CLS]`` weights of the last layer as
+    different as possible from the model's own (JSD, averaged over heads) while the output
+    distribution moves by at most ``tol`` in total variation (Jain & Wallace 2019).
+
+    Gradient ascent with Adam on ``JSD − 100·relu(TVD − tol/2)`` over the weights' logits,
+    started from the model's own weights plus noise; the best feasible candidate seen per
+    image is kept.
+    """
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    try:
+        with torch.no_grad():
+            base = model.run(images)
+        x_last = base["inputs"][-1]  # (B, 9, D): the earlier layers do not change
+        values = base["values"]  # (B, H, 9, Dh)
+        p0 = base["logits"].softmax(-1)  # (B, 10)
+        w0 = base["weights"][-1][:, :, 0]  # (B, H, L)
+        logits = w0.clamp_min(1e-6).log().clone().requires_grad_(True)  # (B, H, L)
+        noise = torch.randn(logits.shape, generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            logits += noise  # start away from the model's own weights
+        opt = torch.optim.Adam([logits], lr=lr)
+        best_w = w0.clone()  # (B, H, L)
+        best_jsd = torch.zeros(len(images))  # (B,)
+        best_tvd = torch.zeros(len(images))  # (B,)
+        for _ in range(steps):
+            w = logits.softmax(-1)  # (B, H, L)
+            p = model.cls_logits(x_last, values, w).softmax(-1)  # (B, 10)
+            tvd = 0.5 * (p - p0).abs().sum(-1)  # (B,)
+            jsd = jensen_shannon(w, w0).mean(1)  # (B,)
+            with torch.no_grad():
+                ok = (tvd <= tol) & (jsd > best_jsd)
+                best_w[ok], best_jsd[ok], best_tvd[ok] = w[ok], jsd[ok], tvd[ok]
+            loss = -(jsd - 100.0 * torch.relu(tvd - tol / 2)).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            p = model.from_last_input(x_last, best_w)  # (B, 10)
+            same = p.argmax(-1) == p0.argmax(-1)  # (B,)
+    finally:
+        for p in model.parameters():
+            p.requires_grad_(True)
+    return Adversary(best_jsd, best_tvd, same, best_w)
+
+
+# %% [markdown]
+# **Thresholds, set before the run** (`book.claims.ch09`). Attention "agrees" with
+# leave-one-out if the mean $\tau$ reaches `MAX_AGREEMENT = 0.5` (three quarters of the row
+# pairs in the same order). An adversarial distribution "exists" for an image when we find
+# `[CLS]` weights at least `FAR = 0.3` bits away that move the output distribution by at
+# most `TOL = 0.01` (total variation) and keep the predicted class. C29 holds if agreement
+# stays below `MAX_AGREEMENT` in every seed and an adversary exists for at least
+# `MIN_FRACTION = 0.5` of the images in every seed; one of the two gives "partly"
+# (`c29_verdict`). The article adds that value norms and the mixing across layers are what
+# matter; a repair (norm-based score or rollout) counts as more faithful if its mean $\tau$
+# with leave-one-out is at least `GAIN = 0.1` above raw attention's (`c29_repairs_verdict`:
+# both repairs, reproduced; one, partly).
+
+# %% tags=["nbval-check-output"] tolerance="trained"
+print(f"thresholds: MAX_AGREEMENT {MAX_AGREEMENT}, FAR {FAR}, TOL {TOL}, "
+      f"MIN_FRACTION {MIN_FRACTION}, GAIN {GAIN}")  # fmt: skip
 print(f"digits: {len(data.train_labels)} training, {len(data.test_labels)} test images of "
       f"{tuple(data.train_images.shape[1:])} | setup: {DIGITS}")  # fmt: skip
-digit_runs = [train_digits(seed=s, **DIGITS) for s in progress(SEEDS, desc="classifier seeds")]
 model0 = digit_runs[0].model
 print("layers:", len(model0.layers), "| width:", model0.layers[0].self_attn.d_model,
       "| heads:", model0.layers[0].self_attn.num_heads)  # fmt: skip
@@ -336,35 +807,39 @@ axes[2].set_ylabel("attention weight (heads averaged)")
 axes[2].legend(fontsize=8)
 fig.tight_layout()
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 assert_c29_not_faithful(
     max(tau["attention"]), min(found), max_agreement=MAX_AGREEMENT, min_fraction=MIN_FRACTION
 )
+c29 = c29_verdict(tau["attention"], found, max_agreement=MAX_AGREEMENT, min_fraction=MIN_FRACTION)
 record_claim(
     "C29",
     claim="Attention weights are not a faithful explanation of a prediction",
     experiment=f"2-layer pre-LN classifier of the 8x8 digits (rows as tokens), 3 seeds; "
     f"Kendall tau with leave-one-out over {N_IMAGES} test images; adversarial [CLS] weights "
     f"on {N_ADVERSARIAL} images",
-    verdict="reproduced",
+    verdict=c29,
     measured=f"tau(attention, leave-one-out) {spread(tau['attention']).format('.2f')}; "
     f"adversary (JSD >= {FAR} bits, output change <= {TOL}) for "
     f"{spread(found).format('.2f')} of the images",
 )
-better = {m: spread(tau[m]).mean - spread(tau["attention"]).mean
-          for m in ("norm ‖α·f(x)‖", "rollout")}  # fmt: skip
-repaired = any(gain >= GAIN for gain in better.values())
+repairs = {m: tau[m] for m in ("norm ‖α·f(x)‖", "rollout")}
+c29_repairs = c29_repairs_verdict(tau["attention"], repairs, gain=GAIN)
 record_claim(
     "C29 repairs",
     claim="Value norms and mixing across layers matter: norm-based scores and attention "
     "rollout explain a prediction more faithfully than the raw weights",
     experiment="the same classifiers and images; Kendall tau with leave-one-out, compared "
     f"with raw attention's (a repair must gain at least {GAIN})",
-    verdict="partly" if repaired else "not reproduced",
-    measured="; ".join(f"{m} {spread(tau[m]).format('.2f')}" for m in better)
+    verdict=c29_repairs,
+    measured="; ".join(f"{m} {spread(v).format('.2f')}" for m, v in repairs.items())
     + f"; gradient x input {spread(tau['gradient × input']).format('.2f')}",
 )
-print({m: round(g, 3) for m, g in better.items()})
+print("verdicts: C29", c29, "| C29 repairs", c29_repairs)
+print("gain over raw attention:", {m: round(spread(v).mean - spread(tau["attention"]).mean, 3)
+                                   for m, v in repairs.items()})  # fmt: skip
+assert_stated("C29", c29, stated="reproduced")
+assert_stated("C29 repairs", c29_repairs, stated="not reproduced")
 
 # %% [markdown]
 # **What each score says, measured.** Raw attention ranks the rows almost unrelated to
@@ -384,7 +859,11 @@ print({m: round(g, 3) for m, g in better.items()})
 # the rows interact, so every single-number-per-row score is a different projection of it.
 # What the small scale cannot show: Kobayashi et al. and Abnar & Zuidema measured their
 # repairs on BERT-sized models with many layers, where rollout's mixing over depth matters
-# more than over our two layers.
+# more than over our two layers. What this experiment lacks: Wiegreffe & Pinter's control, a
+# trivial adversary (uniform or permuted `[CLS]` weights) put through the same criterion. A
+# model whose output barely depends on the last layer's `[CLS]` weights would pass the
+# adversary test with any distribution, and that is not the same as its attention being
+# misleading.
 
 # %% [markdown]
 # ## 9.3 C30: Pre-LN and Post-LN
@@ -399,6 +878,68 @@ print({m: round(g, 3) for m, g in better.items()})
 fig = layernorm_placement()
 
 # %% [markdown]
+# The stack we study: token embedding plus learned positions, `num_layers` encoder layers of
+# the package (`EncoderLayer(..., pre_ln=...)`, 2 heads, a feed-forward network twice as
+# wide), the final LayerNorm for Pre-LN, and a read-out per token. Its task: at every
+# position, output the previous token.
+
+# %%
+#| export
+class TokenStack(nn.Module):
+    """Embedding + learned positions + ``num_layers`` encoder layers + read-out, per token.
+
+    ``pre_ln``: Pre-LN layers and a final LayerNorm; else Post-LN layers (the 2017 layout).
+    ``forward(tokens (B, L)) -> logits (B, L, vocab)``; no mask (every token may attend to
+    every token: the previous token is always visible).
+    """
+
+    def __init__(
+        self, num_layers: int, *, pre_ln: bool, d_model: int = 16, vocab: int = 16, length=12
+    ):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_model)
+        self.pos = nn.Parameter(torch.randn(length, d_model) * 0.1)
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, 2, 2 * d_model, pre_ln=pre_ln) for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(d_model) if pre_ln else nn.Identity()
+        self.out = nn.Linear(d_model, vocab)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        x = self.embed(tokens) + self.pos[: tokens.shape[1]]  # (B, L, D)
+        for layer in self.layers:
+            x = layer(x)  # (B, L, D)
+        return self.out(self.norm(x))  # (B, L, V)
+
+
+def shift_batch(batch_size: int, generator: torch.Generator, *, vocab: int = 16, length=12):
+    """Tokens ``(B, L)`` and targets ``(B, L)``: at every position the previous token (the
+    first position: itself)."""
+    tokens = torch.randint(vocab, (batch_size, length), generator=generator)  # (B, L)
+    target = torch.cat([tokens[:, :1], tokens[:, :-1]], dim=1)  # (B, L)
+    return tokens, target
+
+
+def token_loss(model: nn.Module, batch) -> Tensor:
+    """Cross-entropy over every position of ``batch = (tokens (B, L), target (B, L))``."""
+    tokens, target = batch
+    logits = model(tokens)  # (B, L, V)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+def layer_gradient_norms(
+    num_layers: int, *, pre_ln: bool, d_model: int = 16, seed: int = 0, batch_size=64, length=8
+) -> list[float]:
+    """At initialisation: ‖∂loss/∂W‖ of each layer's last feed-forward matrix (the quantity
+    of Xiong et al. 2020's analysis), layer 1 first, on one batch of :func:`shift_batch`."""
+    torch.manual_seed(seed)
+    model = TokenStack(num_layers, pre_ln=pre_ln, d_model=d_model)
+    batch = shift_batch(batch_size, torch.Generator().manual_seed(seed), length=length)
+    token_loss(model, batch).backward()
+    return [float(layer.ff.linear2.weight.grad.norm()) for layer in model.layers]
+
+
+# %% [markdown]
 # Xiong et al. (2020) analysed the two at initialisation. For Post-LN, the gradient of the
 # last layer's parameters does not depend on the depth $L$ and grows with the width $d$; for
 # Pre-LN it shrinks like $1/\sqrt{L}$. Their explanation of Post-LN's need for a warm-up:
@@ -408,14 +949,13 @@ fig = layernorm_placement()
 # the training task below, averaged over three seeds, for stacks of 6, 12 and 24 layers of
 # width 16, and the last layer's at widths 16, 32 and 64 (6 layers).
 #
-# **Thresholds, from the predictions.** Post-LN's last-layer gradient "does not depend on
-# depth" if it changes by at most `FLAT` = 1.5× between 6 and 24 layers; Pre-LN's "shrinks"
-# if the 24-layer value is at most `SHRINK` = 0.85 of the 6-layer one (the prediction is
-# $\sqrt{6/24} = 0.5$); Post-LN's "grows with width" if width 64 gives at least `GROW` = 1.2×
-# width 16's.
+# **Thresholds, from the predictions** (`assert_gradient_predictions`). Post-LN's last-layer
+# gradient "does not depend on depth" if it changes by at most `FLAT = 1.5` times between 6
+# and 24 layers; Pre-LN's "shrinks" if the 24-layer value is at most `SHRINK = 0.85` of the
+# 6-layer one (the prediction is $\sqrt{6/24} = 0.5$); Post-LN's "grows with width" if width
+# 64 gives at least `GROW = 1.2` times width 16's.
 
 # %%
-FLAT, SHRINK, GROW = 1.5, 0.85, 1.2
 DEPTHS, WIDTHS = (6, 12, 24), (16, 32, 64)
 
 
@@ -440,6 +980,7 @@ for ax, pre in zip(axes, (False, True), strict=True):
 fig.tight_layout()
 
 # %% tags=["nbval-check-output"]
+print(f"thresholds: FLAT {FLAT}, SHRINK {SHRINK}, GROW {GROW}")
 for pre in (False, True):
     name = "Pre-LN" if pre else "Post-LN"
     last = ", ".join(f"{L} layers {profiles[(pre, L)][-1]:.3f}" for L in DEPTHS)
@@ -470,25 +1011,208 @@ print(f"24 vs 6 layers, last-layer gradient: Post-LN x{post_ratio:.2f}, Pre-LN x
 # the output (ratios below one). Their analysis is for large widths; that a stack of width
 # 16 already follows it is a measurement, not a consequence of the theory.
 #
-# **Training.** Now the part of C30 that matters in practice. The task: at every position,
-# output the previous token (16 symbols, sequences of 8) — easy for one layer, so any
-# failure is the stack's, not the task's. Stacks of 12 layers of width 16 (2 heads, a
-# feed-forward network twice as wide), Adam without gradient clipping (a divergence must be
-# allowed to happen), 150 steps of 16 sequences, at learning rates 0.001 and 0.01, three
-# seeds each: Post-LN without warm-up and with a linear warm-up over the first 40 steps
-# (`fit(..., schedule=linear_warmup(40))`), Pre-LN without. All runs of one (layout,
-# warm-up) pair are trained together as one batched model (`StackedRuns`: the package's
-# layer written out run by run, checked equal to a plain stack in the tests) to stay within
-# the chapter's time budget.
-#
-# **Thresholds, set before the run.** A run *fails* if its loss over the last 20 steps is
-# not at least 5 % below $\ln 16$, the loss of a uniform guess (or if it ever goes
-# non-finite). "Pre-LN is more stable" means at least `MIN_GAP` = 2 fewer failures than
-# Post-LN, out of the 6 runs without warm-up; "Post-LN needs warm-up" means warm-up removes
-# at least `MIN_GAP` of Post-LN's failures.
+# **Training.** Now the part of C30 that matters in practice. Stacks of 12 layers of width
+# 16, Adam without gradient clipping (a divergence must be allowed to happen), 150 steps of
+# 16 sequences of 8 tokens (16 symbols), at learning rates 0.001 and 0.01, three seeds each:
+# Post-LN without warm-up and with a linear warm-up over the first 40 steps
+# (`fit(..., schedule=linear_warmup(40))`), Pre-LN without. To stay within the chapter's
+# time budget, all runs of one (layout, warm-up) pair are trained together as one batched
+# model, `StackedRuns`: each run's `TokenStack` is built from its own seed, its weights are
+# stacked along a new first dimension, and the package's layer is written out with batched
+# matrix products over runs (the tests check that it equals each run's `TokenStack`, and
+# that training together equals training alone). One Adam serves all runs at their own
+# learning rates: each run's parameters are *stored divided by* its rate factor and
+# multiplied back in the forward pass, and Adam's step does not depend on the gradient's
+# scale, so Adam at rate `lr` on the stored values is Adam at rate `lr · factor` on the
+# run's parameters (up to Adam's ε).
 
 # %%
-MIN_GAP, WARMUP, LRS, DEPTH = 2, 40, (1e-3, 1e-2), 12
+#| export
+class StackedRuns(nn.Module):
+    """Several :class:`TokenStack` runs trained at once, each with its own seed and learning
+    rate factor, by one :func:`fit` call (see the text above). The runs share nothing: their
+    losses are summed, and a parameter only gets its own run's gradient.
+
+    ``forward(tokens (R, B, L)) -> logits (R, B, L, vocab)``, R = ``len(seeds)`` runs.
+    """
+
+    def __init__(
+        self,
+        seeds: Sequence[int],
+        lr_factors: Sequence[float],
+        num_layers: int,
+        *,
+        pre_ln: bool,
+        d_model: int = 16,
+        vocab: int = 16,
+        length: int = 12,
+    ):
+        super().__init__()
+        if len(seeds) != len(lr_factors) or not seeds:
+            raise ValueError(
+                f"seeds and lr_factors must be non-empty and of one length, got {len(seeds)} "
+                f"and {len(lr_factors)}"
+            )
+        self.pre_ln, self.num_layers = bool(pre_ln), num_layers
+        self.models = []
+        for seed in seeds:
+            torch.manual_seed(seed)
+            self.models.append(TokenStack(num_layers, pre_ln=pre_ln, d_model=d_model,
+                                          vocab=vocab, length=length))  # fmt: skip
+        self.num_heads = self.models[0].layers[0].self_attn.num_heads
+        self.register_buffer("factors", torch.tensor([float(f) for f in lr_factors]))
+        self.stored = nn.ParameterDict()
+        for name, tensor in self._gather().items():
+            scale = self.factors.view(-1, *[1] * (tensor.dim() - 1))
+            self.stored[name] = nn.Parameter(tensor / scale)
+
+    def _gather(self) -> dict[str, Tensor]:
+        """The runs' weights, stacked: ``name -> (R, ...)``, linear weights as ``(in, out)``."""
+
+        def stack(get):
+            return torch.stack([get(m).detach() for m in self.models])
+
+        out = {
+            "embed": stack(lambda m: m.embed.weight),
+            "pos": stack(lambda m: m.pos),
+            "out_w": stack(lambda m: m.out.weight.T),
+            "out_b": stack(lambda m: m.out.bias),
+        }
+        if self.pre_ln:
+            out["norm_w"] = stack(lambda m: m.norm.weight)
+            out["norm_b"] = stack(lambda m: m.norm.bias)
+        for i in range(self.num_layers):
+
+            def layer(m, i=i):
+                return m.layers[i]
+
+            attn = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"}
+            for short, proj in attn.items():
+                out[f"l{i}_{short}_w"] = stack(
+                    lambda m, p=proj: getattr(layer(m).self_attn, p).weight.T
+                )
+                out[f"l{i}_{short}_b"] = stack(
+                    lambda m, p=proj: getattr(layer(m).self_attn, p).bias
+                )
+            for short, lin in (("ff1", "linear1"), ("ff2", "linear2")):
+                out[f"l{i}_{short}_w"] = stack(
+                    lambda m, lin=lin: getattr(layer(m).ff, lin).weight.T
+                )
+                out[f"l{i}_{short}_b"] = stack(lambda m, lin=lin: getattr(layer(m).ff, lin).bias)
+            for norm in ("norm1", "norm2"):
+                out[f"l{i}_{norm}_w"] = stack(lambda m, n=norm: getattr(layer(m), n).weight)
+                out[f"l{i}_{norm}_b"] = stack(lambda m, n=norm: getattr(layer(m), n).bias)
+        return out
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        w = {n: p * self.factors.view(-1, *[1] * (p.dim() - 1)) for n, p in self.stored.items()}
+        r, b, l = tokens.shape
+        h = self.num_heads
+
+        def linear(x, name):  # (R, N, in) -> (R, N, out)
+            return torch.baddbmm(w[f"{name}_b"][:, None], x, w[f"{name}_w"])
+
+        def norm(x, name):  # LayerNorm over the last dim, per-run affine
+            y = F.layer_norm(x, x.shape[-1:])
+            return y * w[f"{name}_w"][:, None] + w[f"{name}_b"][:, None]
+
+        def attend(x, i):  # (R, B·L, D) -> (R, B·L, D)
+            d = x.shape[-1]
+            q, k, v = (
+                linear(x, f"l{i}_{s}").view(r * b, l, h, d // h).transpose(1, 2)
+                for s in ("q", "k", "v")
+            )  # (R·B, H, L, Dh) each
+            scores = q @ k.transpose(-2, -1) / math.sqrt(d // h)  # (R·B, H, L, L)
+            out = scores.softmax(-1) @ v  # (R·B, H, L, Dh)
+            return linear(out.transpose(1, 2).reshape(r, b * l, d), f"l{i}_o")
+
+        def ff(x, i):
+            return linear(torch.relu(linear(x, f"l{i}_ff1")), f"l{i}_ff2")
+
+        emb = w["embed"][torch.arange(r)[:, None, None], tokens]  # (R, B, L, D)
+        x = (emb + w["pos"][:, None, :l]).reshape(r, b * l, -1)  # (R, B·L, D)
+        for i in range(self.num_layers):
+            if self.pre_ln:
+                x = x + attend(norm(x, f"l{i}_norm1"), i)  # (R, B·L, D)
+                x = x + ff(norm(x, f"l{i}_norm2"), i)  # (R, B·L, D)
+            else:
+                x = norm(x + attend(x, i), f"l{i}_norm1")  # (R, B·L, D)
+                x = norm(x + ff(x, i), f"l{i}_norm2")  # (R, B·L, D)
+        if self.pre_ln:
+            x = norm(x, "norm")  # the final LayerNorm
+        return linear(x, "out").view(r, b, l, -1)  # (R, B, L, V)
+
+
+# %% [markdown]
+# The training step: one `fit` call for all runs, with the loss written out — each run's own
+# mean cross-entropy, recorded per run, and their sum (a non-finite run's loss counts 0 in
+# the sum, so that it cannot stop the others). Run `(lr, seed)` gets its parameters from
+# `seed` and its batches from a generator seeded with `seed + 1`, whatever the other runs.
+
+# %%
+#| export
+def train_depth(
+    num_layers: int,
+    *,
+    pre_ln: bool,
+    lrs: Sequence[float],
+    warmup: int,
+    seeds: Sequence[int],
+    steps: int = 150,
+    d_model: int = 16,
+    batch_size: int = 32,
+    vocab: int = 16,
+    length: int = 12,
+) -> dict[tuple[float, int], list[float]]:
+    """Train one :class:`TokenStack` per (learning rate, seed) on :func:`shift_batch` with Adam
+    (no clipping) and ``warmup`` steps of :func:`linear_warmup` (0: none), all at once
+    (:class:`StackedRuns`). Returns ``(lr, seed) -> the run's loss at every step``."""
+    runs = [(lr, seed) for lr in lrs for seed in seeds]
+    top = max(lrs)
+    model = StackedRuns([s for _, s in runs], [lr / top for lr, _ in runs], num_layers,
+                        pre_ln=pre_ln, d_model=d_model, vocab=vocab, length=length)  # fmt: skip
+    generators = [torch.Generator().manual_seed(seed + 1) for _, seed in runs]
+    per_run: list[list[float]] = [[] for _ in runs]
+
+    def make_batch(_):
+        pairs = [shift_batch(batch_size, g, vocab=vocab, length=length) for g in generators]
+        return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+
+    def loss_of(m, batch):
+        tokens, target = batch  # (R, B, L) each
+        logits = m(tokens)  # (R, B, L, V)
+        losses = F.cross_entropy(logits.permute(0, 3, 1, 2), target, reduction="none")
+        losses = losses.mean((1, 2))  # (R,)
+        for r, value in enumerate(losses.tolist()):
+            per_run[r].append(value)
+        return losses.nan_to_num(nan=0.0, posinf=0.0).sum()
+
+    fit(model, make_batch, loss_of, steps=steps, lr=top, data_seed=0, threads=1,
+        schedule=linear_warmup(warmup) if warmup else None)  # fmt: skip
+    return dict(zip(runs, per_run, strict=True))
+
+
+def final_loss(losses: Sequence[float], *, last: int = 20) -> float:
+    """Mean loss of the ``last`` steps (``inf`` if the run ever went non-finite)."""
+    if not all(math.isfinite(x) for x in losses):
+        return math.inf
+    tail = losses[-last:]
+    return sum(tail) / len(tail)
+
+
+# %% [markdown]
+# **Thresholds, set before the run** (`book.claims.ch09`). A run *fails* (`run_failed`) if
+# its final loss, over the last 20 steps, is not at least 5 % below $\ln 16$, the loss of a
+# uniform guess (or if it ever goes non-finite). "Pre-LN is more stable" means at least
+# `MIN_GAP = 2` fewer failures than Post-LN, out of the 6 runs without warm-up; "Post-LN
+# needs warm-up" means warm-up removes at least `MIN_GAP` of Post-LN's failures
+# (`c30_verdict`: both, reproduced; one, partly). What "failure" cannot mean here is "the
+# stack could not learn an easy task": at this budget no run solves the task (every final
+# loss printed below is far from zero), so a failure is a stack whose loss has not left the
+# uniform guess.
+
+# %%
+WARMUP, LRS, DEPTH = 40, (1e-3, 1e-2), 12
 START = math.log(16)
 DEPTH_SETUP = {"steps": 150, "batch_size": 16, "length": 8, "d_model": 16, "vocab": 16}
 print(f"setup: {DEPTH} layers, {DEPTH_SETUP}, learning rates {LRS}, warm-up {WARMUP} steps, "
@@ -501,7 +1225,9 @@ depth_runs = {
     for pre, warm in progress([(False, 0), (False, WARMUP), (True, 0)], desc="layout, warm-up")
 }
 failures = {
-    ("Pre-LN" if pre else "Post-LN", warm): sum(diverged(r, start_loss=START) for r in runs)
+    ("Pre-LN" if pre else "Post-LN", warm): sum(
+        run_failed(final_loss(losses), start_loss=START) for losses in runs.values()
+    )
     for (pre, warm), runs in depth_runs.items()
 }
 
@@ -509,9 +1235,9 @@ failures = {
 fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
 for ax, lr in zip(axes, LRS, strict=True):
     for k, ((pre, warm), runs) in enumerate(depth_runs.items()):
-        for j, r in enumerate(x for x in runs if x.lr == lr):
+        for j, seed in enumerate(SEEDS):
             label = f"{'Pre' if pre else 'Post'}-LN, warm-up {warm}" if j == 0 else None
-            ax.plot(r.losses, color=f"C{k}", alpha=0.7, lw=1, label=label)
+            ax.plot(runs[(lr, seed)], color=f"C{k}", alpha=0.7, lw=1, label=label)
     ax.axhline(START, color="0.3", ls="--", lw=1, label="ln 16 (uniform guess)", zorder=5)
     ax.set_title(f"{DEPTH} layers, learning rate {lr:g} (3 seeds each)")
     ax.set_xlabel("step")
@@ -521,37 +1247,40 @@ fig.tight_layout()
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 print(f"failed runs out of {len(LRS) * len(SEEDS)}:", failures)
-for (pre, warm), runs in depth_runs.items():
-    for lr in LRS:
-        s = spread([r.final for r in runs if r.lr == lr])
-        print(f"{'Pre' if pre else 'Post'}-LN, warm-up {warm:>2}, lr {lr:g}: final loss "
-              f"{s.format('.3f')}")  # fmt: skip
+final = {(pre, warm, lr): spread([final_loss(runs[(lr, s)]) for s in SEEDS])
+         for (pre, warm), runs in depth_runs.items() for lr in LRS}  # fmt: skip
+for (pre, warm, lr), s in final.items():
+    print(f"{'Pre' if pre else 'Post'}-LN, warm-up {warm:>2}, lr {lr:g}: final loss "
+          f"{s.format('.3f')}")  # fmt: skip
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 assert_c30_stability(failures, total=len(LRS) * len(SEEDS), min_gap=MIN_GAP)
-best = {layout: min(spread([r.final for r in runs if r.lr == lr]).mean
-                    for (pre, _), runs in depth_runs.items()
-                    if ("Pre-LN" if pre else "Post-LN") == layout for lr in LRS)
+c30 = c30_verdict(failures, min_gap=MIN_GAP)
+best = {layout: min(s.mean for (pre, _, _), s in final.items() if pre == (layout == "Pre-LN"))
         for layout in ("Post-LN", "Pre-LN")}  # fmt: skip
-print("best mean final loss:", {k: round(v, 3) for k, v in best.items()})
+print("verdict:", c30, "| best mean final loss:", {k: round(v, 3) for k, v in best.items()})
 record_claim(
     "C30",
     claim="Pre-LN trains deep stacks more stably than Post-LN, which needs a warm-up",
     experiment=f"{DEPTH}-layer stacks of width 16, previous-token task, Adam at lr {LRS}, "
     f"warm-up 0 or {WARMUP} steps, 150 steps, 3 seeds; gradients at initialisation at "
     f"depths {DEPTHS}",
-    verdict="reproduced",
+    verdict=c30,
     measured="failed runs of 6: " + ", ".join(f"{k[0]} warm-up {k[1]}: {v}" for k, v in
                                                 failures.items())  # fmt: skip
     + f"; best final loss Post-LN {best['Post-LN']:.3f}, Pre-LN {best['Pre-LN']:.3f}; "
     f"last-layer gradient 24 vs 6 layers: Post-LN x{post_ratio:.2f}, Pre-LN x{pre_shrink:.2f}",
 )
+assert_stated("C30", c30, stated="reproduced")
 
 # %% [markdown]
-# **Verdict on C30: reproduced**, at this scale. Without warm-up, the Post-LN stack fails
-# at the larger learning rate in every seed — its loss stays at the uniform guess — while the
-# Pre-LN stack trains at both rates; with 40 steps of warm-up Post-LN trains at both rates
-# too. The counts and losses are printed above.
+# **Verdict on C30: reproduced**, at this scale and in this setting (12 layers, the
+# default initialisation, these two learning rates, 150 steps). Without warm-up, the Post-LN
+# stack fails at the larger learning rate in every seed — its loss stays at the uniform
+# guess — while the Pre-LN stack trains at both rates; with 40 steps of warm-up Post-LN
+# trains at both rates too. The counts and losses are printed above. We have not swept
+# depth, learning rate or initialisation, and whether warm-up is what rescues Post-LN
+# elsewhere is not shown here.
 #
 # **When does Post-LN do better?** Takase et al. (2023) and others report that when Post-LN
 # *does* train, it often ends up better than Pre-LN — in shallow models, after long
@@ -576,12 +1305,108 @@ record_claim(
 fig = reach_per_layer()
 
 # %% [markdown]
+# The three layers, each `(B, L, D) -> (B, L, D)`: attention with its four projections; a
+# width-3 convolution; an Elman recurrence $h_t = \tanh(W x_t + U h_{t-1})$, written as the
+# loop it is.
+
+# %%
+#| export
+class ElmanRNN(nn.Module):
+    """``h_t = tanh(W x_t + U h_{t-1})``, written as a loop: ``(B, L, D) -> (B, L, D)``."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.w = nn.Linear(d_model, d_model)
+        self.u = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = torch.zeros_like(x[:, 0])  # (B, D)
+        wx = self.w(x)  # (B, L, D)
+        out = []
+        for t in range(x.shape[1]):
+            h = torch.tanh(wx[:, t] + self.u(h))  # (B, D)
+            out.append(h)
+        return torch.stack(out, dim=1)  # (B, L, D)
+
+
+class ConvLayer(nn.Module):
+    """A 1-D convolution over positions, ``kernel`` wide: ``(B, L, D) -> (B, L, D)``."""
+
+    def __init__(self, d_model: int, kernel: int = 3):
+        super().__init__()
+        self.conv = nn.Conv1d(d_model, d_model, kernel, padding=kernel // 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.conv(x.transpose(1, 2)).transpose(1, 2)  # (B, L, D)
+
+
+class AttentionLayer(nn.Module):
+    """Multi-head self-attention (with its projections, no mask): ``(B, L, D) -> (B, L, D)``."""
+
+    def __init__(self, d_model: int, num_heads: int = 2):
+        super().__init__()
+        self.attn = MultiHeadAttention(d_model, num_heads)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.attn(x)  # (B, L, D)
+
+
+MIXERS: dict[str, Callable[[int], nn.Module]] = {
+    "attention": AttentionLayer,
+    "convolution (k=3)": ConvLayer,
+    "recurrence (Elman)": ElmanRNN,
+}
+
+
+# %% [markdown]
 # We measure the rest. FLOPs come from torch's FLOP counter (`measure.flops`) on one
-# layer of each kind at width 32 (attention with its four projections; a width-3
-# convolution; an Elman recurrence $h_t = \tanh(W x_t + U h_{t-1})$), at 64 and 128 tokens.
-# The reach is measured too: the number of earlier positions whose input gets a non-zero
-# gradient from the last output after one layer; from it, the number of layers needed to
-# connect the two ends of a 64-token sequence, and the longest chain of steps between them.
+# layer of each kind at width 32, at 64 and 128 tokens. The reach is measured too: the
+# number of earlier positions whose input gets a non-zero gradient from the last output
+# after one layer; from it, the number of layers needed to connect the two ends of a
+# 64-token sequence, and the longest chain of steps between them.
+
+# %%
+#| export
+def counted_flops(layer: nn.Module, x: Tensor) -> int:
+    """Forward FLOPs of ``layer(x)`` as torch's FLOP counter sees them."""
+    counter = matmul_flop_counter()
+    with torch.no_grad(), counter:
+        layer(x)
+    return int(counter.get_total_flops())
+
+
+def layer_reach(layer: nn.Module, length: int, d_model: int) -> int:
+    """How many earlier positions one layer lets the last output see: the positions ``j <
+    length − 1`` whose input gets a nonzero gradient from output ``length − 1``."""
+    torch.manual_seed(0)
+    x = torch.randn(1, length, d_model, requires_grad=True)  # (1, L, D)
+    (grad,) = torch.autograd.grad(layer(x)[0, -1].sum(), x)  # (1, L, D)
+    return int((grad[0, :-1].abs().sum(-1) > 0).sum())
+
+
+def layer_costs(*, length: int = 64, d_model: int = 32) -> dict[str, dict]:
+    """Per kind of layer: FLOPs counted by torch at ``length`` and ``2·length``; the longest
+    chain of steps that must run one after the other; the reach of one layer
+    (:func:`layer_reach`) and so the layers needed to connect the two ends of a
+    ``length``-token sequence; the longest path between them, in steps."""
+    out = {}
+    for name, cls in MIXERS.items():
+        torch.manual_seed(0)
+        layer = cls(d_model)
+        flops = [counted_flops(layer, torch.randn(1, n, d_model)) for n in (length, 2 * length)]
+        reach = layer_reach(layer, length, d_model)
+        recurrent = name.startswith("recurrence")
+        layers = math.ceil((length - 1) / reach)
+        out[name] = {
+            "flops": flops[0],
+            "flops_2x": flops[1],
+            "sequential_steps": length if recurrent else 1,
+            "reach": reach,
+            "layers_to_connect": layers,
+            "path_steps": length - 1 if recurrent else layers,
+        }
+    return out
+
 
 # %% tags=["nbval-check-output"]
 costs = layer_costs(length=64, d_model=32)
@@ -617,21 +1442,122 @@ for name, c in costs.items():
 #   positions would be the wrong read-out here: $\max(a, b) - \min(a, b) = |a - b|$
 #   compares two far-apart tokens by itself, whatever the mixer — we tried it first, and a
 #   convolution solved the task.)
-#
-# **Thresholds, set before the run.** The prior "wins" if the winner's mean held-out
-# accuracy is at least `WIN_GAP` = 0.1 above the loser's and its worst seed beats the
-# loser's best.
+
+# %%
+#| export
+def motif_batch(batch_size: int, generator: torch.Generator, *, length: int = 16, vocab=6):
+    """Does the pair ``(0, 1)`` occur at two adjacent positions? Half the sequences have it
+    planted once; tokens 0 and 1 appear elsewhere too, but never adjacent in that order.
+    Returns ``tokens (B, L)``, ``labels (B,)``."""
+    tokens = torch.randint(vocab, (batch_size, length), generator=generator)  # (B, L)
+    # break every accidental (0, 1): a 1 right after a 0 becomes a 2
+    for _ in range(2):
+        follows = (tokens[:, :-1] == 0) & (tokens[:, 1:] == 1)  # (B, L - 1)
+        tokens[:, 1:][follows] = 2
+    labels = torch.randint(2, (batch_size,), generator=generator)  # (B,)
+    where = torch.randint(length - 1, (batch_size,), generator=generator)  # (B,)
+    rows = torch.nonzero(labels).squeeze(1)
+    tokens[rows, where[rows]] = 0
+    tokens[rows, where[rows] + 1] = 1
+    return tokens, labels
+
+
+def ends_batch(batch_size: int, generator: torch.Generator, *, length: int = 32, vocab=4):
+    """Is the first token equal to the last? Half yes, half no. ``tokens (B, L)``,
+    ``labels (B,)``."""
+    tokens = torch.randint(vocab, (batch_size, length), generator=generator)  # (B, L)
+    labels = torch.randint(2, (batch_size,), generator=generator)  # (B,)
+    shift = torch.randint(1, vocab, (batch_size,), generator=generator)  # (B,)
+    tokens[:, -1] = torch.where(labels == 1, tokens[:, 0], (tokens[:, 0] + shift) % vocab)
+    return tokens, labels
+
+
+# %% [markdown]
+# The classifier, and its training: `train_classifier` (parameters from `seed`, batches
+# from `seed + 1`, Adam at 0.003, clipping at 1, batches of 32), on a fixed training set of
+# `n_train` examples drawn with `sampler` (or fresh examples at every step), scored on 1000
+# fresh examples (from `seed + 2`).
+
+# %%
+#| export
+class MixerClassifier(nn.Module):
+    """Embedding (+ learned positions) → ``num_layers`` residual blocks of one mixer (pre-LN,
+    with a feed-forward network) → read-out → 2 classes. ``forward(tokens (B, L)) -> logits
+    (B, 2)``.
+
+    ``readout``: ``"mean"`` over positions (a question about the whole sequence: "does the
+    motif occur anywhere?") or ``"last"`` position (a question asked at one position, as a
+    sequence model answers it). Not ``max``: a max over positions compares far-apart tokens
+    by itself (``max(a, b) − min(a, b) = |a − b|``), which would hide the mixer's reach.
+    """
+
+    def __init__(
+        self, mixer: str, *, vocab: int, length: int, d_model=32, num_layers=2, readout="mean"
+    ):
+        super().__init__()
+        check_choice("mixer", mixer, ("attention", "convolution"))
+        self.readout = check_choice("readout", readout, ("mean", "last"))
+        self.embed = nn.Embedding(vocab, d_model)
+        self.pos = nn.Parameter(torch.randn(length, d_model) * 0.1)
+        make = AttentionLayer if mixer == "attention" else ConvLayer
+        self.mix = nn.ModuleList(make(d_model) for _ in range(num_layers))
+        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(2 * num_layers))
+        self.ffs = nn.ModuleList(
+            nn.Sequential(
+                nn.Linear(d_model, 2 * d_model), nn.ReLU(), nn.Linear(2 * d_model, d_model)
+            )
+            for _ in range(num_layers)
+        )
+        self.out = nn.Linear(d_model, 2)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        x = self.embed(tokens) + self.pos  # (B, L, D)
+        for i, (mix, ff) in enumerate(zip(self.mix, self.ffs, strict=True)):
+            x = x + mix(self.norms[2 * i](x))  # (B, L, D)
+            x = x + ff(self.norms[2 * i + 1](x))  # (B, L, D)
+        pooled = x.mean(dim=1) if self.readout == "mean" else x[:, -1]  # (B, D)
+        return self.out(pooled)  # (B, 2)
+
+
+# task -> (batch maker, vocabulary, length, read-out)
+TASKS = {"motif": (motif_batch, 6, 16, "mean"), "ends": (ends_batch, 4, 32, "last")}
+
+
+def mixer_accuracy(task: str, mixer: str, *, seed: int, n_train: int | None, steps: int):
+    """Held-out accuracy of :class:`MixerClassifier` with ``mixer`` trained on ``task`` by
+    :func:`train_classifier`; ``n_train``: a fixed training set of that many examples (drawn
+    from ``seed + 1000``), ``None``: fresh examples at every step."""
+    make, vocab, length, readout = TASKS[check_choice("task", task, list(TASKS))]
+    if n_train is not None:
+        make = sampler(*make(n_train, torch.Generator().manual_seed(seed + 1000)))
+    test = TASKS[task][0](1000, torch.Generator().manual_seed(seed + 2))
+    run = train_classifier(
+        lambda: MixerClassifier(mixer, vocab=vocab, length=length, readout=readout),
+        make,
+        steps=steps,
+        seed=seed,
+        test=test,
+        threads=1,
+    )
+    return run.accuracy
+
+
+# %% [markdown]
+# **Thresholds, set before the run** (`assert_prior_wins`, `priors_verdict`). The prior
+# "wins" if the winner's mean held-out accuracy is at least `WIN_GAP = 0.1` above the
+# loser's and its worst seed beats the loser's best. The claim has two parts (locality on
+# the motif, reach on the ends); both win, reproduced; one, partly.
 
 # %% tags=["nbval-check-output"]
-WIN_GAP = 0.1
 TASK_SETUP = {"motif": {"n_train": 64, "steps": 200}, "ends": {"n_train": None, "steps": 300}}
+print(f"threshold: WIN_GAP {WIN_GAP}")
 for task, (_, vocab, length, readout) in TASKS.items():
     print(f"{task}: {length} tokens, {vocab} symbols, read-out {readout!r}, {TASK_SETUP[task]}")
 seen = 1 + 2 * costs["convolution (k=3)"]["reach"]
 print(f"ends: two width-3 convolution layers let the last position see the last {seen} "
       f"positions; the first token is {TASKS['ends'][2] - 1} positions away")
 mixer_runs = {
-    (task, mixer): [train_mixer(mixer, task, seed=s, **TASK_SETUP[task]).accuracy for s in SEEDS]
+    (task, mixer): [mixer_accuracy(task, mixer, seed=s, **TASK_SETUP[task]) for s in SEEDS]
     for task, mixer in progress(
         [(t, m) for t in ("motif", "ends") for m in ("convolution", "attention")],
         desc="task x mixer",
@@ -652,26 +1578,33 @@ fig.tight_layout()
 for (task, mixer), values in mixer_runs.items():
     print(f"{task:>6}, {mixer:>11}: {spread(values).format('.3f')}")
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 assert_prior_wins(mixer_runs[("motif", "convolution")], mixer_runs[("motif", "attention")],
                   gap=WIN_GAP, what="locality on the motif task")  # fmt: skip
 assert_prior_wins(mixer_runs[("ends", "attention")], mixer_runs[("ends", "convolution")],
                   gap=WIN_GAP, what="reach on the ends task")  # fmt: skip
+priors = priors_verdict(mixer_runs, gap=WIN_GAP)
+print("verdict:", priors)
 record_claim(
     "§9 priors",
     claim="Convolution's locality prior wins with little data on local patterns; attention's "
     "reach wins on long-range dependencies",
     experiment="2-block classifiers (width-3 convolution or attention), 200 steps, 3 seeds; "
     "motif in 16 tokens from 64 examples; first = last in 32 tokens",
-    verdict="reproduced",
+    verdict=priors,
     measured="; ".join(f"{t} {m} {spread(v).mean:.2f}" for (t, m), v in mixer_runs.items()),
 )
+assert_stated("§9 priors", priors, stated="reproduced")
 
 # %% [markdown]
-# **Verdict: reproduced.** With 64 examples the convolution finds the adjacent pair and
-# attention, which has to discover adjacency from learned positions, does worse; with a
-# dependency 31 positions long, two convolution layers cannot see both ends and stay at
-# chance while attention solves it. Neither is "better": a prior is a bet on the data. With
+# **Verdict: reproduced**, with a caveat on the words. With 64 examples the convolution
+# finds the adjacent pair and attention, which has to discover adjacency from learned
+# positions, does worse; with a dependency 31 positions long, two convolution layers cannot
+# see both ends and stay at chance while attention solves it. The experiment has one data
+# size, so "with little data" is the setting, not something it tests: whether attention
+# catches up with more examples is not measured here. And the ends task is close to a
+# tautology — two width-3 layers *cannot* see the first token — so it illustrates reach
+# rather than testing it. Neither is "better": a prior is a bet on the data. With
 # enough data and layers attention can learn locality (vision Transformers do), and a deep
 # or dilated convolution can reach far (WaveNet, TCNs — chapter 7) — what the small scale
 # cannot show is where, in data and compute, those curves cross.

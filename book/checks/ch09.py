@@ -1,10 +1,10 @@
 """Checks of chapter 9's exercises (sigmoid attention, rollout, Kendall's τ, warm-up).
 
 Every answer is compared with an independent computation: sigmoid weights against
-:func:`attention.normalizers.normalize_scores`, rollout against
-:func:`book.experiments.ch09.rollout`, Kendall's τ against a count of concordant pairs in
-plain Python, the warm-up factor against :func:`book.experiments.training.linear_warmup`. When
-an answer is wrong, the check recomputes the usual mistakes and names the one that matches.
+:func:`attention.normalizers.normalize_scores`, rollout against :func:`book.pages.ch09.rollout`
+(chapter 9's page), Kendall's τ against a count of concordant pairs in plain Python, the
+warm-up factor against :func:`book.experiments.training.linear_warmup`. When an answer is
+wrong, the check recomputes the usual mistakes and names the one that matches.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import math
 import torch
 
 from attention.normalizers import normalize_scores
-from book.experiments.ch09 import rollout as reference_rollout
 from book.experiments.training import linear_warmup
+from book.pages.ch09 import rollout as reference_rollout
 
 from . import CheckFailed, expect_close, expect_shape, randn, register
 from .helpers import expect_number, expect_tensor, matches

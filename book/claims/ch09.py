@@ -1,0 +1,317 @@
+"""Chapter 9's claims: thresholds, verdict functions and asserting functions.
+
+- **Why softmax** (Q-softmax): :func:`softmax_verdict` per test length, :func:`q_softmax_verdict`
+  over both; :func:`assert_softmax_not_beaten`, :func:`assert_breaks`.
+- **C29, attention is not explanation**: :func:`c29_verdict` (rank agreement and adversarial
+  attention), :func:`c29_repairs_verdict` (norm-based scores and rollout);
+  :func:`assert_c29_not_faithful`.
+- **C30, Pre-LN vs Post-LN**: :func:`run_failed` (what a failed run is), :func:`c30_verdict`;
+  :func:`assert_gradient_predictions`, :func:`assert_c30_stability`.
+- **§9 priors**: :func:`prior_wins`, :func:`priors_verdict`; :func:`assert_prior_wins`.
+- :func:`assert_stated`: the verdict the chapter's prose states is the one computed.
+
+Each ``assert_*`` raises ``AssertionError`` when its claim is false; each verdict function
+returns one of :data:`book.claims.VERDICTS`. The models and tasks the claims rest on are on
+the chapter's page (``book.pages.ch09``); the thresholds are here, set from the claims before
+the runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from book.claims import VERDICTS
+from book.experiments.seeds import spread
+
+# --- 9.1 Why softmax ---------------------------------------------------------------------------
+# "Best overall" is refuted by a normaliser whose mean accuracy beats softmax's by more than
+# MARGIN (two points of accuracy, more than a seed moves softmax's own accuracy);
+# confirmed only if every other one is more than MARGIN below.
+MARGIN = 0.02
+# A normaliser "breaks" when its mean accuracy is at least BREAK_GAP below softmax's: far more
+# than any seed spread, a model that has not learnt the task in the same budget.
+BREAK_GAP = 0.3
+
+# --- 9.2 C29 -----------------------------------------------------------------------------------
+# Attention "agrees" with leave-one-out at a mean Kendall tau of 0.5: three quarters of the row
+# pairs in the same order.
+MAX_AGREEMENT = 0.5
+# An adversarial [CLS] distribution is "far" at a Jensen-Shannon divergence of 0.3 bits, a
+# third of the way to no overlap at all (1 bit).
+FAR = 0.3
+# ... and leaves the output "unchanged" when the output distribution moves by at most 0.01 in
+# total variation (one point of probability, moved between classes).
+TOL = 0.01
+# C29 holds if an adversary exists for at least half of the images ("for most inputs").
+MIN_FRACTION = 0.5
+# A repair is "more faithful" if its mean tau with leave-one-out gains 0.1 over raw attention's:
+# about the seed-to-seed range of raw attention's own tau, so a smaller gain could be a seed's.
+GAIN = 0.1
+
+# --- 9.3 C30 -----------------------------------------------------------------------------------
+# Xiong et al.'s predictions at initialisation: Post-LN's last-layer gradient does not depend on
+# the depth (changes by at most FLAT times between 6 and 24 layers); Pre-LN's shrinks like
+# 1/sqrt(L) (predicted 0.5 from 6 to 24 layers; we ask for at most SHRINK); Post-LN's grows with
+# the width (at least GROW times from width 16 to 64).
+FLAT, SHRINK, GROW = 1.5, 0.85, 1.2
+# A run fails when its final loss is not at least FAIL_MARGIN (a fraction) below the loss of a
+# uniform guess: it has not left the starting point.
+FAIL_MARGIN = 0.05
+# "More stable" and "warm-up rescues" each need a difference of at least MIN_GAP failed runs out
+# of 6: one run is within what one unlucky seed does.
+MIN_GAP = 2
+
+# --- 9.4 priors --------------------------------------------------------------------------------
+# A prior "wins" when the winner's mean held-out accuracy is at least WIN_GAP above the loser's
+# (and its worst seed beats the loser's best).
+WIN_GAP = 0.1
+
+
+def _parts(held: Sequence[bool]) -> str:
+    """All parts of a claim hold: reproduced; some: partly; none: not reproduced."""
+    if all(held):
+        return "reproduced"
+    return "partly" if any(held) else "not reproduced"
+
+
+# ------------------------------------------------------------------------------------------
+# 9.1 Why softmax
+# ------------------------------------------------------------------------------------------
+
+
+def assert_softmax_not_beaten(
+    accuracies: Mapping[str, Sequence[float]], *, margin: float, reference: str = "softmax"
+) -> None:
+    """No variant's mean accuracy exceeds the reference's by more than ``margin``."""
+    ref = spread(accuracies[reference]).mean
+    for name, values in accuracies.items():
+        mean = spread(values).mean
+        assert mean <= ref + margin, (
+            f"{name} ({mean:.3f}) beats {reference} ({ref:.3f}) by more than {margin}"
+        )
+
+
+def assert_breaks(
+    accuracies: Mapping[str, Sequence[float]], broken: Sequence[str], *, gap: float
+) -> None:
+    """Each variant in ``broken`` has a mean accuracy at least ``gap`` below softmax's."""
+    ref = spread(accuracies["softmax"]).mean
+    for name in broken:
+        mean = spread(accuracies[name]).mean
+        assert mean <= ref - gap, (
+            f"{name} ({mean:.3f}) is not {gap} below softmax ({ref:.3f}): it does not break"
+        )
+
+
+def softmax_verdict(accuracies: Mapping[str, Sequence[float]], *, margin: float) -> str:
+    """At one test length (``variant -> accuracy per seed``): ``reproduced`` when softmax's mean
+    beats every other's by more than ``margin``; ``not reproduced`` when some other beats
+    softmax's by more than ``margin``; else (some within ``margin``) ``partly``."""
+    ref = spread(accuracies["softmax"]).mean
+    others = [spread(v).mean for n, v in accuracies.items() if n != "softmax"]
+    if any(m > ref + margin for m in others):
+        return "not reproduced"
+    if all(m < ref - margin for m in others):
+        return "reproduced"
+    return "partly"
+
+
+def q_softmax_verdict(
+    by_length: Mapping[int, Mapping[str, Sequence[float]]], *, margin: float
+) -> str:
+    """The claim "softmax is the best normaliser overall", over the test lengths
+    (``length -> variant -> accuracy per seed``): :func:`softmax_verdict` at each;
+    ``reproduced`` if it is reproduced at every length, ``not reproduced`` if at none (every
+    length: some normaliser beats softmax), else ``partly``."""
+    if not by_length:
+        raise ValueError("by_length must hold at least one test length, got none")
+    verdicts = [softmax_verdict(acc, margin=margin) for acc in by_length.values()]
+    if all(v == "reproduced" for v in verdicts):
+        return "reproduced"
+    if all(v == "not reproduced" for v in verdicts):
+        return "not reproduced"
+    return "partly"
+
+
+# ------------------------------------------------------------------------------------------
+# 9.2 C29
+# ------------------------------------------------------------------------------------------
+
+
+def assert_c29_not_faithful(
+    agreement: float,
+    adversarial_fraction: float,
+    *,
+    max_agreement: float,
+    min_fraction: float,
+) -> None:
+    """C29 holds when attention ranks the rows unlike leave-one-out (mean Kendall τ below
+    ``max_agreement``) and, for at least ``min_fraction`` of the images, a very different
+    attention distribution leaves the prediction unchanged."""
+    assert agreement < max_agreement, (
+        f"attention agrees with leave-one-out (mean Kendall τ {agreement:.2f} >= "
+        f"{max_agreement}): here the weights do rank the rows as their removal does"
+    )
+    assert adversarial_fraction >= min_fraction, (
+        f"only {adversarial_fraction:.2f} of the images have a different attention with the "
+        f"same prediction (< {min_fraction}): the weights are not interchangeable"
+    )
+
+
+def c29_verdict(
+    agreements: Sequence[float],
+    adversarial_fractions: Sequence[float],
+    *,
+    max_agreement: float,
+    min_fraction: float,
+) -> str:
+    """C29 over seeds. Part (i): attention's mean Kendall τ with leave-one-out is below
+    ``max_agreement`` in every seed (``agreements``, one per seed); part (ii): an adversary
+    exists for at least ``min_fraction`` of the images in every seed
+    (``adversarial_fractions``). Both: reproduced; one: partly; neither: not reproduced."""
+    if not agreements or not adversarial_fractions:
+        raise ValueError("agreements and adversarial_fractions need one value per seed, got none")
+    return _parts([max(agreements) < max_agreement, min(adversarial_fractions) >= min_fraction])
+
+
+def c29_repairs_verdict(
+    attention: Sequence[float], repairs: Mapping[str, Sequence[float]], *, gain: float
+) -> str:
+    """The claim "norm-based scores and rollout are more faithful than the raw weights": each
+    repair's mean Kendall τ with leave-one-out (``repairs``: name -> τ per seed) must be at least
+    ``gain`` above raw attention's (``attention``: τ per seed). Every repair: reproduced;
+    some: partly; none: not reproduced."""
+    if not repairs:
+        raise ValueError("repairs must name at least one score, got none")
+    base = spread(attention).mean
+    return _parts([spread(v).mean - base >= gain for v in repairs.values()])
+
+
+# ------------------------------------------------------------------------------------------
+# 9.3 C30
+# ------------------------------------------------------------------------------------------
+
+
+def run_failed(final: float, *, start_loss: float, margin: float = FAIL_MARGIN) -> bool:
+    """A run failed (diverged or never learnt) if its ``final`` loss is not at least
+    ``margin`` (a fraction) below ``start_loss`` — the loss of a uniform guess, ``ln vocab`` —
+    or is not finite (NaN and inf fail)."""
+    return not final < (1 - margin) * start_loss
+
+
+def assert_gradient_predictions(
+    post_by_depth: Mapping[int, float],
+    pre_by_depth: Mapping[int, float],
+    post_by_width: Mapping[int, float],
+    *,
+    flat: float,
+    shrink: float,
+    grow: float,
+) -> None:
+    """Xiong et al. (2020)'s predictions for the last layer's gradient at initialisation
+    (``depth -> norm`` or ``width -> norm``): Post-LN's does not depend on the depth (largest
+    / smallest ≤ ``flat``); Pre-LN's shrinks with it (deepest / shallowest ≤ ``shrink``);
+    Post-LN's grows with the width (widest / narrowest ≥ ``grow``)."""
+    ratio = max(post_by_depth.values()) / min(post_by_depth.values())
+    assert ratio <= flat, (
+        f"Post-LN's last-layer gradient changes with depth by {ratio:.2f}x (> {flat}): "
+        f"{dict(post_by_depth)}"
+    )
+    shallow, deep = min(pre_by_depth), max(pre_by_depth)
+    ratio = pre_by_depth[deep] / pre_by_depth[shallow]
+    assert ratio <= shrink, (
+        f"Pre-LN's last-layer gradient does not shrink with depth: {deep} layers / {shallow} "
+        f"layers = {ratio:.2f} (> {shrink})"
+    )
+    narrow, wide = min(post_by_width), max(post_by_width)
+    ratio = post_by_width[wide] / post_by_width[narrow]
+    assert ratio >= grow, (
+        f"Post-LN's last-layer gradient does not grow with width: width {wide} / width "
+        f"{narrow} = {ratio:.2f} (< {grow})"
+    )
+
+
+def _stability_parts(
+    failures: Mapping[tuple[str, int], int], min_gap: int
+) -> tuple[int, int, list[int], bool, bool]:
+    post0, pre0 = failures[("Post-LN", 0)], failures[("Pre-LN", 0)]
+    warm = [v for (layout, w), v in failures.items() if layout == "Post-LN" and w > 0]
+    more_stable = post0 - pre0 >= min_gap
+    rescued = bool(warm) and post0 - min(warm) >= min_gap
+    return post0, pre0, warm, more_stable, rescued
+
+
+def assert_c30_stability(
+    failures: Mapping[tuple[str, int], int], *, total: int, min_gap: int
+) -> None:
+    """``failures[(layout, warmup)]`` = failed runs out of ``total``. Pre-LN without warm-up
+    fails at least ``min_gap`` fewer times than Post-LN without warm-up, and warm-up cuts
+    Post-LN's failures by at least ``min_gap``."""
+    post0, pre0, warm, more_stable, rescued = _stability_parts(failures, min_gap)
+    assert more_stable, (
+        f"without warm-up Post-LN failed {post0}/{total}, Pre-LN {pre0}/{total}: "
+        f"Pre-LN is not more stable by {min_gap}"
+    )
+    assert rescued, f"warm-up does not rescue Post-LN: {post0}/{total} without, {warm} with"
+
+
+def c30_verdict(failures: Mapping[tuple[str, int], int], *, min_gap: int) -> str:
+    """C30 from the failed runs per ``(layout, warmup)``: part (i), Pre-LN without warm-up fails
+    at least ``min_gap`` fewer times than Post-LN without; part (ii), warm-up cuts Post-LN's
+    failures by at least ``min_gap``. Both: reproduced; one: partly; neither: not
+    reproduced."""
+    *_, more_stable, rescued = _stability_parts(failures, min_gap)
+    return _parts([more_stable, rescued])
+
+
+# ------------------------------------------------------------------------------------------
+# 9.4 priors
+# ------------------------------------------------------------------------------------------
+
+
+def prior_wins(winner: Sequence[float], loser: Sequence[float], *, gap: float) -> bool:
+    """The winner's mean accuracy is at least ``gap`` above the loser's, and its worst seed
+    above the loser's best."""
+    w, lo = spread(winner), spread(loser)
+    return w.mean >= lo.mean + gap and w.min > lo.max
+
+
+def assert_prior_wins(
+    winner: Sequence[float], loser: Sequence[float], *, gap: float, what: str
+) -> None:
+    """:func:`prior_wins`, with a message that says which half failed."""
+    w, lo = spread(winner), spread(loser)
+    assert w.mean >= lo.mean + gap, f"{what}: {w.mean:.3f} is not {gap} above {lo.mean:.3f}"
+    assert w.min > lo.max, (
+        f"{what}: the winner's worst seed {w.min:.3f} <= the loser's best {lo.max:.3f}"
+    )
+
+
+def priors_verdict(runs: Mapping[tuple[str, str], Sequence[float]], *, gap: float) -> str:
+    """§9 priors from ``(task, mixer) -> accuracy per seed``: part (i), the convolution beats
+    attention on ``"motif"`` (:func:`prior_wins`); part (ii), attention beats the convolution
+    on ``"ends"``. Both: reproduced; one: partly; neither: not reproduced."""
+    return _parts(
+        [
+            prior_wins(runs[("motif", "convolution")], runs[("motif", "attention")], gap=gap),
+            prior_wins(runs[("ends", "attention")], runs[("ends", "convolution")], gap=gap),
+        ]
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# The prose and the computed verdict
+# ------------------------------------------------------------------------------------------
+
+
+def assert_stated(claim_id: str, computed: str, *, stated: str) -> None:
+    """The verdict the chapter's prose states (``stated``) is the one its verdict function
+    computed: when a change to the experiment changes the verdict, the notebook stops here
+    until the prose is rewritten."""
+    for name, value in (("computed", computed), ("stated", stated)):
+        if value not in VERDICTS:
+            raise ValueError(f"{name} must be one of {list(VERDICTS)}, got {value!r}")
+    assert computed == stated, (
+        f"{claim_id}: the prose states {stated!r} but the run gives {computed!r}: rewrite the "
+        f"verdict's paragraph (and the stated= here) for what the numbers show"
+    )

@@ -1,5 +1,6 @@
-"""Diagrams of chapter 9: where the LayerNorm sits (Post-LN vs Pre-LN), and how far one layer
-of attention, convolution and recurrence reaches."""
+"""Diagrams of chapter 9: where the LayerNorm sits (Post-LN vs Pre-LN, with Pre-LN's final
+LayerNorm after the last layer), and how far one layer of attention, convolution and
+recurrence reaches."""
 
 from __future__ import annotations
 
@@ -12,19 +13,21 @@ def _column(
     ax, x: float, steps: list[tuple[str, str]], title: str, note: str, *, post: bool
 ) -> None:
     """A residual block drawn bottom to top: ``steps`` = (label, kind) with kind one of
-    ``"norm"``, ``"sub"`` (attention or feed-forward), ``"add"``; residual arrows skip each
-    sub-layer into the next ``add``. ``post``: the next residual branch starts after the
-    LayerNorm that follows an ``add`` (Post-LN); else at the ``add`` itself (Pre-LN)."""
-    caption(ax, (x, 8.55), title, fontsize=11)
+    ``"norm"``, ``"sub"`` (attention or feed-forward), ``"add"``, ``"final"`` (a LayerNorm
+    after the stack, drawn dashed off from the block); residual arrows skip each sub-layer
+    into the next ``add``. ``post``: the next residual branch starts after the LayerNorm that
+    follows an ``add`` (Post-LN); else at the ``add`` itself (Pre-LN)."""
+    caption(ax, (x, 9.55), title, fontsize=11)
     caption(ax, (x, 0.25), note, fontsize=8, style="italic")
     y = 1.0
     box(ax, (x, y), "x (input)", size=(1.8, 0.55), color=COLORS["input"])
     centres = []
     for label, kind in steps:
         y += 0.95
-        color = {"norm": COLORS["state"], "sub": COLORS["query"], "add": COLORS["op"]}[kind]
+        color = {"norm": COLORS["state"], "final": COLORS["state"], "sub": COLORS["query"],
+                 "add": COLORS["op"]}[kind]  # fmt: skip
         size = (0.6, 0.5) if kind == "add" else (1.8, 0.55)
-        box(ax, (x, y), label, size=size, color=color)
+        box(ax, (x, y), label, size=size, color=color, fontsize=8 if kind == "final" else 9)
         centres.append((label, kind, y))
     for (_, _, y0), (_, _, y1) in zip([("", "", 1.0), *centres[:-1]], centres, strict=True):
         arrow(ax, (x, y0 + 0.27), (x, y1 - 0.25))
@@ -35,6 +38,11 @@ def _column(
             arrow(ax, (x - 0.95, branch_start), (x - 0.32, yc), curve=-0.35, color="#2166ac")
             nxt = centres[i + 1] if i + 1 < len(centres) else None
             branch_start = nxt[2] if post and nxt is not None and nxt[1] == "norm" else yc
+    if any(kind == "final" for _, kind, _ in centres):
+        y_final = centres[-1][2]
+        ax.plot([x - 0.95, x + 0.95], [y_final - 0.475] * 2, ls="--", lw=0.8, color="0.5")
+        caption(ax, (x + 1.0, y_final), "once, after\nthe last layer", fontsize=7, ha="left",
+                color="0.4")  # fmt: skip
     box(ax, (x, y + 0.95), "output", size=(1.8, 0.55), color=COLORS["output"])
     arrow(ax, (x, y + 0.27), (x, y + 0.7))
 
@@ -42,7 +50,7 @@ def _column(
 def layernorm_placement() -> plt.Figure:
     """Post-LN (2017) and Pre-LN encoder layers side by side, with their residual paths."""
     fig, ax = new_diagram(
-        "Where the LayerNorm sits: Post-LN (2017) vs Pre-LN", xlim=(0, 10), ylim=(0, 9), width=7
+        "Where the LayerNorm sits: Post-LN (2017) vs Pre-LN", xlim=(0, 10), ylim=(0, 10), width=7
     )
     post = [
         ("self-attention", "sub"),
@@ -59,6 +67,7 @@ def layernorm_placement() -> plt.Figure:
         ("LayerNorm", "norm"),
         ("feed-forward", "sub"),
         ("+", "add"),
+        ("final LayerNorm", "final"),
     ]
     _column(ax, 2.6, post, "Post-LN", "the residual stream is\nnormalised after every block",
             post=True)  # fmt: skip
@@ -67,10 +76,10 @@ def layernorm_placement() -> plt.Figure:
         7.4,
         pre,
         "Pre-LN",
-        "the residual stream is never normalised:\nan identity path runs from input to output",
+        "an identity path runs from the input to the\nfinal LayerNorm, the one norm of the stream",
         post=False,
     )
-    caption(ax, (5.0, 4.6), "blue: residual\n(identity) paths", fontsize=8, color="#2166ac")
+    caption(ax, (5.0, 5.0), "blue: residual\n(identity) paths", fontsize=8, color="#2166ac")
     return fig
 
 

@@ -405,9 +405,9 @@ assert_stated("Q-softmax", softmax_claim, stated="reproduced")
 # confirm or refute. ReLU normalisation learns, minus the rows it leaves without a gradient.
 # So softmax is the safe default, and the reasons are the three properties it has together —
 # positive, summing to one, competition between keys. What this experiment cannot show is
-# "overall": one task, one layer, 200 steps — and the ranking is a statement about speed of
-# learning at this budget as much as about the end point: trained longer, the sigmoids close
-# in. The closest rival, sigmoid with the bias, is
+# "overall": one task, one layer, 200 steps — and at a fixed budget the ranking says how fast
+# each normaliser learns as much as where it ends; whether it survives a longer budget is not
+# tested here. The closest rival, sigmoid with the bias, is
 # exactly the one whose authors report parity at scale, with training recipes a minute of
 # CPU cannot reproduce.
 

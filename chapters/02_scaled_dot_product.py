@@ -37,6 +37,7 @@
 # - judge, from an experiment you ran, how much the $1/\sqrt{d_k}$ scale matters in training.
 
 # %%
+#| default_exp ch02
 import math
 
 import matplotlib.pyplot as plt
@@ -47,7 +48,6 @@ from attention.functional import scaled_dot_product_attention
 from book.claims import claims_table, record_claim
 from book.diagrams.ch02 import five_steps
 from book.experiments.ch02 import (
-    RetrievalModel,
     assert_c7_plateau,
     c5_verdict,
     c6_evidence,
@@ -665,15 +665,169 @@ print(sweep_summary("C6"))
 # hundred steps, while the scaled model learns normally. To test it we need a task on which
 # attention *must* pick the right key. A key–value retrieval task does that: each example is a
 # little dictionary of 8 (key, value) pairs (keys distinct, out of 64; values out of 64),
-# followed by one of its keys as the query; the answer is the value stored under it.
-#
-# The model is a single attention head (`RetrievalModel`): each pair becomes one token
+# followed by one of its keys as the query; the answer is the value stored under it. Without
+# matching the query to the right key, a model can do no better than guess among the row's
+# values. (This cell and the model below are exported to `book.pages.ch02`; chapter 9 reuses
+# both.)
+
+# %%
+#| export
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from attention.checks import check_choice, check_positive_int, check_tensor
+from attention.functional import scaled_dot_product_attention
+from attention.normalizers import NORMALIZERS, normalized_attention
+
+
+class RetrievalBatch(NamedTuple):
+    """``N = n_pairs`` (key, value) pairs per example and a query key; the answer is its value.
+    A tuple, so ``keys, values, query, target = batch`` works too."""
+
+    keys: Tensor  # (B, N) int64, distinct within a row
+    values: Tensor  # (B, N) int64
+    query: Tensor  # (B,) int64, one of the row's keys
+    target: Tensor  # (B,) int64, the value stored under the query key
+
+
+def retrieval_batch(
+    batch_size: int,
+    n_pairs: int,
+    n_keys: int,
+    n_values: int,
+    *,
+    generator: torch.Generator | None = None,
+) -> RetrievalBatch:
+    """A batch of the retrieval task: ``n_pairs`` distinct keys from ``range(n_keys)`` per row,
+    each with a value drawn uniformly from ``range(n_values)``; the query is one of the row's
+    keys chosen uniformly, the target the value stored under it. Drawn from ``generator`` in
+    the order keys, values, query."""
+    batch_size = check_positive_int("batch_size", batch_size)
+    n_pairs = check_positive_int("n_pairs", n_pairs)
+    n_keys = check_positive_int("n_keys", n_keys)
+    n_values = check_positive_int("n_values", n_values)
+    if n_pairs > n_keys:
+        raise ValueError(f"n_pairs must be <= n_keys={n_keys} (keys are distinct), got {n_pairs}")
+    # A random permutation per row, truncated: distinct keys without a Python loop.
+    keys = torch.rand(batch_size, n_keys, generator=generator).argsort(-1)[:, :n_pairs]  # (B, N)
+    values = torch.randint(n_values, (batch_size, n_pairs), generator=generator)  # (B, N)
+    pick = torch.randint(n_pairs, (batch_size, 1), generator=generator)  # (B, 1)
+    query = keys.gather(1, pick).squeeze(1)  # (B,)
+    target = values.gather(1, pick).squeeze(1)  # (B,)
+    return RetrievalBatch(keys=keys, values=values, query=query, target=target)
+
+
+# %% [markdown]
+# The model is a single attention head. Each pair becomes one token
 # $\mathrm{LayerNorm}(E_\text{key}[k_i] + E_\text{val}[v_i])$, the query key is embedded with
 # the same key table, $W_Q$ and $W_K$ map width 64 to $d_k = 512$, and a linear layer reads
 # the attended value out as logits over the 64 values. $W_Q$, $W_K$ are initialised with std
-# $1/\sqrt{64}$, so $q$ and $k$ start with unit-variance components — the premise of C5. The
-# two runs share the seed, hence the initial weights and the batches (64 examples per step,
-# Adam, learning rate $10^{-3}$, 400 steps); only the scale differs.
+# $1/\sqrt{64}$, so $q$ and $k$ start with unit-variance components — the premise of C5.
+# `scaled=False` multiplies the scores by 1 instead of $1/\sqrt{d_k}$ and changes nothing
+# else, not even the order in which parameters are drawn: one seed gives both models the
+# same initial weights. (The `normalizer` knob, for chapter 9, swaps the softmax for another
+# normaliser of `attention.normalizers`.)
+
+# %%
+#| export
+QK_INITS = ("normal", "torch")  # W_Q, W_K: std 1/sqrt(d_model), or nn.Linear's default
+
+
+class RetrievalModel(nn.Module):
+    """One attention head that reads a dictionary of (key, value) pairs and answers a query.
+
+    ``x_i = LayerNorm(E_key[k_i] + E_val[v_i])`` for each of the ``N`` pairs and
+    ``x_q = LayerNorm(E_key[query])``; then ``q = x_q W_Q``, ``K = X W_K`` (width ``d_k``),
+    ``V = X W_V`` (width ``d_model``), one attention over the ``N`` pair tokens (no mask:
+    every pair may be attended to) and a linear read-out to logits over the values.
+
+    ``qk_init="normal"``: ``W_Q``, ``W_K`` drawn with std ``1/sqrt(d_model)``, so raw scores
+    start with std ≈ ``sqrt(d_k)``; ``"torch"``: ``nn.Linear``'s default (std
+    ``1/sqrt(3 d_model)``). ``scaled``: scores times ``1/sqrt(d_k)``, else times 1.
+    ``normalizer`` (one of ``attention.normalizers.NORMALIZERS``) turns scores into weights;
+    ``"softmax"`` uses ``attention.functional.scaled_dot_product_attention``, the others
+    ``normalized_attention``; ``score_bias`` only for ``"sigmoid"`` (``None``: ``−log N``).
+    """
+
+    def __init__(
+        self,
+        n_keys: int,
+        n_values: int,
+        d_model: int,
+        d_k: int,
+        *,
+        scaled: bool = True,
+        qk_init: str = "normal",
+        normalizer: str = "softmax",
+        score_bias: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.d_model = check_positive_int("d_model", d_model)
+        self.d_k = check_positive_int("d_k", d_k)
+        self.normalizer = check_choice("normalizer", normalizer, NORMALIZERS)
+        if score_bias is not None and normalizer != "sigmoid":
+            raise ValueError(
+                f"score_bias is only used by normalizer='sigmoid', got score_bias={score_bias!r} "
+                f"with normalizer={normalizer!r}"
+            )
+        self.score_bias = score_bias
+        self.key_embedding = nn.Embedding(check_positive_int("n_keys", n_keys), d_model)
+        self.value_embedding = nn.Embedding(check_positive_int("n_values", n_values), d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.w_q = nn.Linear(d_model, d_k, bias=False)
+        self.w_k = nn.Linear(d_model, d_k, bias=False)
+        self.w_v = nn.Linear(d_model, d_model, bias=False)
+        self.readout = nn.Linear(d_model, n_values)
+        if check_choice("qk_init", qk_init, QK_INITS) == "normal":
+            for proj in (self.w_q, self.w_k):
+                nn.init.normal_(proj.weight, std=1.0 / math.sqrt(d_model))
+        self.scaled = bool(scaled)
+        self.scale = 1.0 / math.sqrt(d_k) if scaled else 1.0
+
+    def project(self, keys: Tensor, values: Tensor, query: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """keys, values ``(B, N)`` and query ``(B,)`` (int64) → ``q (B, 1, 1, d_k)``,
+        ``k (B, 1, N, d_k)``, ``v (B, 1, N, d_model)``: one head, one query."""
+        for name, t in (("keys", keys), ("values", values)):
+            check_tensor(name, t)
+            if t.dim() != 2:
+                raise ValueError(f"{name} must have shape (B, N), got {tuple(t.shape)}")
+        check_tensor("query", query)
+        if keys.shape != values.shape or query.shape != keys.shape[:1]:
+            raise ValueError(
+                f"expected keys (B, N), values (B, N) and query (B,), got {tuple(keys.shape)}, "
+                f"{tuple(values.shape)} and {tuple(query.shape)}"
+            )
+        x = self.norm(self.key_embedding(keys) + self.value_embedding(values))  # (B, N, D)
+        x_q = self.norm(self.key_embedding(query))  # (B, D)
+        q = self.w_q(x_q)[:, None, None, :]  # (B, 1, 1, d_k)
+        k = self.w_k(x)[:, None]  # (B, 1, N, d_k)
+        v = self.w_v(x)[:, None]  # (B, 1, N, D)
+        return q, k, v
+
+    def forward(
+        self, keys: Tensor, values: Tensor, query: Tensor, *, need_weights: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Logits ``(B, n_values)``; with ``need_weights`` also the weights ``(B, N)``."""
+        q, k, v = self.project(keys, values, query)
+        if self.normalizer == "softmax":
+            out, weights = scaled_dot_product_attention(
+                q, k, v, scale=self.scale, need_weights=True
+            )  # (B, 1, 1, D), (B, 1, 1, N)
+        else:
+            out, weights = normalized_attention(
+                q, k, v, normalizer=self.normalizer, score_bias=self.score_bias,
+                scale=self.scale, need_weights=True,
+            )  # (B, 1, 1, D), (B, 1, 1, N)  # fmt: skip
+        logits = self.readout(out[:, 0, 0])  # (B, n_values)
+        return (logits, weights[:, 0, 0]) if need_weights else logits
+
+
+# %% [markdown]
+# The two runs share the seed, hence the initial weights and the batches (64 examples per
+# step, Adam, learning rate $10^{-3}$, 400 steps); only the scale differs.
 #
 # Two reference levels help read the losses: $\ln 64 \approx 4.16$ (guessing among all
 # values) and $\ln 8 \approx 2.08$ (guessing among the eight values present: roughly the best

@@ -20,20 +20,17 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from attention.checks import check_choice, check_positive_int, check_tensor
-from attention.functional import safe_softmax, scaled_dot_product_attention
+from attention.functional import safe_softmax
 from book.experiments.training import first_step_below, fit, moving_average
+from book.pages.ch02 import RetrievalBatch, RetrievalModel, retrieval_batch
 from book.progress import progress as progress_bar
 from book.sceptic import Outcome, Perturbation, Sweep
 
 Tensor = torch.Tensor
 
 DISTRIBUTIONS = ("normal", "uniform", "rademacher", "exponential")
-# How RetrievalModel initialises W_Q and W_K: "normal", std 1/sqrt(d_model) (the chapter's);
-# "torch", nn.Linear's default (uniform in ±1/sqrt(d_model), std 1/sqrt(3 d_model)).
-QK_INITS = ("normal", "torch")
 
 
 def _span(values: list[float], spec: str) -> str:
@@ -600,124 +597,6 @@ C6_SWEEP = Sweep(
 # ------------------------------------------------------------------------------------------
 # C7: a key-value retrieval task, trained with and without the scale
 # ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RetrievalBatch:
-    """``n_pairs`` (key, value) pairs per example and a query key; the answer is its value."""
-
-    keys: Tensor  # (B, N) int64, distinct within a row
-    values: Tensor  # (B, N) int64
-    query: Tensor  # (B,) int64, one of the row's keys
-    target: Tensor  # (B,) int64, the value stored under the query key
-
-
-def retrieval_batch(
-    batch_size: int,
-    n_pairs: int,
-    n_keys: int,
-    n_values: int,
-    *,
-    generator: torch.Generator | None = None,
-) -> RetrievalBatch:
-    """A batch of the retrieval task: a little dictionary, then a lookup.
-
-    Each row holds ``n_pairs`` distinct keys from ``range(n_keys)``, each with a value drawn
-    uniformly from ``range(n_values)``; the query is one of the row's keys chosen uniformly,
-    and the target is the value stored under it. Without looking up the key, a model can do no
-    better than guess among the row's values.
-    """
-    batch_size = check_positive_int("batch_size", batch_size)
-    n_pairs = check_positive_int("n_pairs", n_pairs)
-    n_keys = check_positive_int("n_keys", n_keys)
-    n_values = check_positive_int("n_values", n_values)
-    if n_pairs > n_keys:
-        raise ValueError(f"n_pairs must be <= n_keys={n_keys} (keys are distinct), got {n_pairs}")
-    # A random permutation per row, truncated: distinct keys without a Python loop.
-    keys = torch.rand(batch_size, n_keys, generator=generator).argsort(-1)[:, :n_pairs]  # (B, N)
-    values = torch.randint(n_values, (batch_size, n_pairs), generator=generator)  # (B, N)
-    pick = torch.randint(n_pairs, (batch_size, 1), generator=generator)  # (B, 1)
-    query = keys.gather(1, pick).squeeze(1)  # (B,)
-    target = values.gather(1, pick).squeeze(1)  # (B,)
-    return RetrievalBatch(keys=keys, values=values, query=query, target=target)
-
-
-class RetrievalModel(nn.Module):
-    """One attention head that reads a dictionary of (key, value) pairs and answers a query.
-
-    Each pair becomes one token ``x_i = LayerNorm(E_key[k_i] + E_val[v_i])``; the query key
-    becomes ``x_q = LayerNorm(E_key[k])`` (the same key embedding). Then
-    ``q = x_q W_Q``, ``K = X W_K`` (width ``d_k``), ``V = X W_V`` (width ``d_model``), one
-    scaled dot-product attention over the ``N`` pair tokens, and a linear read-out to logits
-    over the values.
-
-    ``W_Q`` and ``W_K`` are initialised with std ``1/sqrt(d_model)`` (``qk_init="normal"``):
-    with LayerNorm'd inputs (unit-variance components) this gives ``q`` and ``k``
-    unit-variance components, the premise of C5, so the raw scores start with std ≈
-    ``sqrt(d_k)``. ``qk_init="torch"`` keeps ``nn.Linear``'s default instead (std
-    ``1/sqrt(3 d_model)``: scores start three times narrower); the other parameters are the
-    same either way. ``scaled=False`` multiplies the scores by 1 instead of ``1/sqrt(d_k)``;
-    nothing else differs, and both settings create their parameters in the same order, so
-    one seed gives both the same initial weights.
-    """
-
-    def __init__(
-        self,
-        n_keys: int,
-        n_values: int,
-        d_model: int,
-        d_k: int,
-        *,
-        scaled: bool = True,
-        qk_init: str = "normal",
-    ) -> None:
-        super().__init__()
-        self.d_model = check_positive_int("d_model", d_model)
-        self.d_k = check_positive_int("d_k", d_k)
-        self.key_embedding = nn.Embedding(check_positive_int("n_keys", n_keys), d_model)
-        self.value_embedding = nn.Embedding(check_positive_int("n_values", n_values), d_model)
-        self.norm = nn.LayerNorm(d_model)
-        self.w_q = nn.Linear(d_model, d_k, bias=False)
-        self.w_k = nn.Linear(d_model, d_k, bias=False)
-        self.w_v = nn.Linear(d_model, d_model, bias=False)
-        self.readout = nn.Linear(d_model, n_values)
-        if check_choice("qk_init", qk_init, QK_INITS) == "normal":
-            for proj in (self.w_q, self.w_k):
-                nn.init.normal_(proj.weight, std=1.0 / math.sqrt(d_model))
-        self.scaled = bool(scaled)
-        self.scale = 1.0 / math.sqrt(d_k) if scaled else 1.0
-
-    def project(self, keys: Tensor, values: Tensor, query: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``q (B, 1, 1, d_k)``, ``k (B, 1, N, d_k)``, ``v (B, 1, N, d_model)`` (one head)."""
-        for name, t in (("keys", keys), ("values", values)):
-            check_tensor(name, t)
-            if t.dim() != 2:
-                raise ValueError(f"{name} must have shape (B, N), got {tuple(t.shape)}")
-        check_tensor("query", query)
-        if keys.shape != values.shape or query.shape != keys.shape[:1]:
-            raise ValueError(
-                f"expected keys (B, N), values (B, N) and query (B,), got {tuple(keys.shape)}, "
-                f"{tuple(values.shape)} and {tuple(query.shape)}"
-            )
-        x = self.norm(self.key_embedding(keys) + self.value_embedding(values))  # (B, N, D)
-        x_q = self.norm(self.key_embedding(query))  # (B, D)
-        q = self.w_q(x_q)[:, None, None, :]  # (B, 1, 1, d_k)
-        k = self.w_k(x)[:, None]  # (B, 1, N, d_k)
-        v = self.w_v(x)[:, None]  # (B, 1, N, D)
-        return q, k, v
-
-    def forward(
-        self, keys: Tensor, values: Tensor, query: Tensor, *, need_weights: bool = False
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """Logits ``(B, n_values)``; with ``need_weights`` also the weights ``(B, N)``."""
-        q, k, v = self.project(keys, values, query)
-        out, weights = scaled_dot_product_attention(
-            q, k, v, scale=self.scale, need_weights=True
-        )  # (B, 1, 1, D), (B, 1, 1, N)
-        logits = self.readout(out[:, 0, 0])  # (B, n_values)
-        if need_weights:
-            return logits, weights[:, 0, 0]
-        return logits
 
 
 @dataclass(frozen=True)

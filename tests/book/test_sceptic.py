@@ -74,7 +74,7 @@ def test_the_fingerprint_covers_what_c7_runs():
     for name in (
         "book.experiments.ch02.c7_verdict",
         "book.experiments.ch02.C7_PLATEAU",  # a threshold
-        "book.experiments.ch02.RetrievalModel",  # a class the run builds
+        "book.pages.ch02.RetrievalModel",  # a class the run builds, on the page
         "book.experiments.training.fit",  # the training loop, in another module
         "attention.functional.scaled_dot_product_attention",  # the library
     ):

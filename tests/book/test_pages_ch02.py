@@ -1,7 +1,8 @@
 """book.pages.ch02 (the definitions chapter 2's page exports) against independent references:
-a per-row loop over the retrieval batches, and a float64 re-computation of the one-head model
-from its weights, written out example by example (embeddings, LayerNorm, projections, each
-normaliser by hand)."""
+the closed-form variance of a dot product, autograd's Jacobian of torch.softmax,
+torch.distributions' entropy, a per-row loop over the retrieval batches, a float64
+re-computation of the one-head model from its weights (embeddings, LayerNorm, projections,
+each normaliser by hand), per-example backward passes, and a hand-written Adam loop."""
 
 from __future__ import annotations
 
@@ -9,10 +10,25 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from book.pages.ch02 import QK_INITS, RetrievalBatch, RetrievalModel, retrieval_batch
+from book.pages.ch02 import (
+    QK_INITS,
+    RetrievalBatch,
+    RetrievalModel,
+    dot_product_scores,
+    dot_product_stats,
+    gradient_snapshot,
+    retrieval_batch,
+    retrieval_loss,
+    saturation_stats,
+    shared_qk_scores,
+    softmax_jacobian,
+    train_retrieval,
+    unit_variance_samples,
+)
 from tests.reference import naive_attention_float64
 
 FAST = settings(max_examples=25, deadline=None)
@@ -20,6 +36,152 @@ FAST = settings(max_examples=25, deadline=None)
 
 def _gen(seed: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+# ------------------------------------------------------------------------------------------
+# §2.1: random sentences' scores with one projection or two
+# ------------------------------------------------------------------------------------------
+
+
+def test_shared_qk_scores_equal_the_projections_written_out():
+    shared = shared_qk_scores(50, shared=True, seed=3)  # (S, L, L)
+    torch.testing.assert_close(shared, shared.transpose(-2, -1))  # symmetric, as derived
+    separate = shared_qk_scores(50, shared=False, seed=3)
+    assert not torch.allclose(separate, separate.transpose(-2, -1), atol=1e-2)
+    # Replay the documented draws (x, W_Q, W_K) and compute one sentence's scores by hand.
+    g = _gen(3)
+    x = torch.randn(50, 10, 16, generator=g)
+    w_q = torch.randn(50, 16, 8, generator=g) / 4.0
+    w_k = torch.randn(50, 16, 8, generator=g) / 4.0
+    for i in (0, 49):
+        want = (x[i].double() @ w_q[i].double()) @ (x[i].double() @ w_k[i].double()).T
+        torch.testing.assert_close(separate[i].double(), want, rtol=1e-5, atol=1e-5)
+        want_shared = (x[i].double() @ w_q[i].double()) @ (x[i].double() @ w_q[i].double()).T
+        torch.testing.assert_close(shared[i].double(), want_shared, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="seq_len"):
+        shared_qk_scores(2, shared=True, seq_len=0)
+
+
+# ------------------------------------------------------------------------------------------
+# C5: variance of q · k
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("distribution", ["normal", "uniform", "rademacher", "exponential"])
+def test_unit_variance_samples_have_mean_0_and_variance_1(distribution):
+    x = unit_variance_samples((200_000,), distribution, generator=_gen())
+    assert x.dtype == torch.float32
+    assert abs(float(x.mean())) < 0.01
+    assert abs(float(x.var()) - 1.0) < 0.02
+
+
+def test_unit_variance_samples_rejects_unknown_distribution():
+    with pytest.raises(ValueError, match="distribution"):
+        unit_variance_samples((3,), "cauchy")
+
+
+@pytest.mark.parametrize("distribution", ["normal", "uniform", "rademacher", "exponential"])
+@pytest.mark.parametrize("d_k", [1, 8, 64])
+def test_dot_product_variance_matches_d_k(distribution, d_k):
+    stats = dot_product_stats(d_k, 20_000, distribution=distribution, generator=_gen(d_k))
+    # Theory: mean 0, variance d_k; 20k samples give a relative error of about 1-2 %.
+    assert abs(stats.mean) < 4 * math.sqrt(d_k / 20_000)
+    assert stats.var == pytest.approx(d_k, rel=0.06)
+    assert stats.scaled_var == pytest.approx(1.0, rel=0.06)
+    assert stats.scaled_var == pytest.approx(stats.var / d_k, rel=1e-9)
+
+
+def test_dot_product_stats_equals_a_direct_computation():
+    n, d_k = 1000, 12
+    stats = dot_product_stats(d_k, n, generator=_gen(3), chunk=n)
+    g = _gen(3)
+    q, k = torch.randn(n, d_k, generator=g), torch.randn(n, d_k, generator=g)
+    s = torch.einsum("nd,nd->n", q.double(), k.double())
+    assert stats.mean == pytest.approx(float(s.mean()), abs=1e-9)
+    assert stats.var == pytest.approx(float(s.var()), rel=1e-9)
+
+
+def test_dot_product_stats_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="d_k"):
+        dot_product_stats(0)
+    with pytest.raises(ValueError, match="n_samples"):
+        dot_product_stats(4, 1)
+    with pytest.raises(TypeError, match="d_k"):
+        dot_product_stats(4.0)
+
+
+# ------------------------------------------------------------------------------------------
+# C6: softmax saturation
+# ------------------------------------------------------------------------------------------
+
+
+@FAST
+@given(n=st.integers(1, 7), rows=st.integers(1, 3), spread=st.floats(0.1, 20.0))
+def test_softmax_jacobian_matches_autograd(n, rows, spread):
+    s = torch.randn(rows, n, generator=_gen(n), dtype=torch.float64) * spread
+    got = softmax_jacobian(torch.softmax(s, dim=-1))  # (rows, n, n)
+    for r in range(rows):
+        want = torch.autograd.functional.jacobian(lambda x: torch.softmax(x, dim=-1), s[r])
+        torch.testing.assert_close(got[r], want)
+
+
+def test_softmax_jacobian_vanishes_at_one_hot():
+    p = torch.tensor([0.0, 1.0, 0.0])
+    assert torch.equal(softmax_jacobian(p), torch.zeros(3, 3))
+
+
+@pytest.mark.parametrize("n", [1, 2, 10, 64])
+def test_saturation_of_equal_scores_is_the_uniform_case(n):
+    sat = saturation_stats(torch.zeros(5, n))
+    assert sat.max_weight == pytest.approx(1.0 / n)
+    assert sat.entropy == pytest.approx(math.log(n), abs=1e-12)
+    # |I/n - 11ᵀ/n²|_F = sqrt(n - 1) / n, worked out by hand.
+    assert sat.jacobian_mean == pytest.approx(math.sqrt(n - 1) / n)
+    assert sat.jacobian_median == pytest.approx(math.sqrt(n - 1) / n)
+
+
+def test_saturation_stats_match_torch_references():
+    s = torch.randn(50, 16, generator=_gen(1)) * 3.0
+    sat = saturation_stats(s)
+    entropy = torch.distributions.Categorical(logits=s.double()).entropy().mean()
+    assert sat.entropy == pytest.approx(float(entropy), rel=1e-9)
+    assert sat.max_weight == pytest.approx(float(torch.softmax(s.double(), -1).amax(-1).mean()))
+    assert sat.score_std == pytest.approx(float(s.double().std()))
+    norms = []
+    for row in s.double():
+        jac = torch.autograd.functional.jacobian(lambda x: torch.softmax(x, dim=-1), row)
+        norms.append(float(jac.norm()))
+    assert sat.jacobian_mean == pytest.approx(sum(norms) / len(norms), rel=1e-9)
+
+
+def test_saturation_grows_with_the_spread_of_the_scores():
+    base = torch.randn(400, 32, generator=_gen(2))
+    low, high = saturation_stats(base), saturation_stats(base * 30.0)
+    assert high.max_weight > 0.8 > 0.3 > low.max_weight
+    assert high.entropy < 0.2 * low.entropy
+    assert high.jacobian_median < 0.1 * low.jacobian_median
+
+
+def test_saturation_stats_refuses_wrong_rank():
+    with pytest.raises(ValueError, match="scores"):
+        saturation_stats(torch.zeros(2, 3, 4))
+
+
+def test_dot_product_scores_scaled_is_unscaled_over_sqrt_d_k():
+    raw = dot_product_scores(200, 16, 256, scaled=False, generator=_gen(4))
+    scaled = dot_product_scores(200, 16, 256, scaled=True, generator=_gen(4))
+    assert raw.shape == (200, 16)
+    torch.testing.assert_close(scaled, raw / 16.0)
+    assert float(raw.var()) == pytest.approx(256.0, rel=0.1)
+
+
+def test_saturation_stats_in_blocks_equals_one_block():
+    scores = 5 * torch.randn(200, 9, generator=_gen(2))  # (R, n): over one block of 64 rows
+    p = torch.softmax(scores.double(), -1)  # (R, n)
+    norms = softmax_jacobian(p).flatten(-2).norm(dim=-1)  # (R,)
+    stats = saturation_stats(scores)
+    assert stats.jacobian_mean == pytest.approx(float(norms.mean()), rel=1e-12)
+    assert stats.jacobian_median == pytest.approx(float(norms.median()), rel=1e-12)
 
 
 # ------------------------------------------------------------------------------------------
@@ -220,3 +382,120 @@ def test_retrieval_model_refuses_bad_arguments():
         )
     with pytest.raises(ValueError, match="keys must have shape"):
         model(torch.zeros(3, dtype=torch.long), torch.zeros(3, dtype=torch.long), torch.zeros(3))
+
+
+# ------------------------------------------------------------------------------------------
+# The training step and the gradient probe
+# ------------------------------------------------------------------------------------------
+
+
+def test_gradient_snapshot_agrees_with_the_model_forward():
+    torch.manual_seed(0)
+    model = RetrievalModel(16, 16, 8, 32, scaled=False)
+    b = retrieval_batch(64, 6, 16, 16, generator=_gen(1))
+    snap = gradient_snapshot(model, b)
+    assert all(p.grad is None for p in model.parameters())
+    F.cross_entropy(model(b.keys, b.values, b.query), b.target).backward()
+    assert snap.w_q_grad_norm == pytest.approx(float(model.w_q.weight.grad.norm()), rel=1e-4)
+    assert 0.1 <= snap.top_decile_share <= 1.0
+    assert 0.0 <= snap.score_grad_median and snap.score_grad_mean > 0.0
+
+
+def test_train_retrieval_is_deterministic_and_learns():
+    kwargs = dict(
+        d_k=16,
+        steps=80,
+        batch_size=32,
+        n_pairs=4,
+        n_keys=16,
+        n_values=16,
+        d_model=16,
+        lr=3e-3,
+        eval_size=256,
+    )
+    a = train_retrieval(scaled=True, **kwargs)
+    b = train_retrieval(scaled=True, **kwargs)
+    assert a.losses == b.losses and a.accuracy == b.accuracy
+    assert len(a.losses) == 80
+    assert sum(a.losses[-10:]) / 10 < 0.8 * sum(a.losses[:10]) / 10
+    assert 0.0 <= a.accuracy <= 1.0
+    c = train_retrieval(scaled=False, **{**kwargs, "steps": 1})
+    assert c.init_score_std == pytest.approx(a.init_score_std * 4.0, rel=1e-4)
+
+
+def test_train_retrieval_restores_the_thread_setting():
+    before = torch.get_num_threads()
+    run = train_retrieval(scaled=True, d_k=8, steps=2, batch_size=4, n_pairs=2, n_keys=4,
+                          n_values=4, d_model=8, eval_size=8, num_threads=1)  # fmt: skip
+    assert torch.get_num_threads() == before and len(run.losses) == 2
+    with pytest.raises(ValueError, match="threads"):
+        train_retrieval(scaled=True, steps=1, num_threads=0)
+
+
+def test_chapter_2_shows_the_five_steps_before_any_training():
+    """Issue 9, item 12: a newcomer meets the formula before any trained model."""
+    from book.notebooks.common import REPO
+
+    source = (REPO / "chapters" / "02_scaled_dot_product.py").read_text(encoding="utf-8")
+    five_steps = source.index("## 2.3 The whole computation in five steps")
+    first_training = source.index("train_retrieval(scaled=")
+    assert five_steps < first_training
+    assert source.index("print(retrieval_model)") < first_training  # the model, shown first
+
+
+def test_retrieval_loss_is_the_mean_negative_log_likelihood():
+    torch.manual_seed(0)
+    model = RetrievalModel(10, 7, 8, 16).double()
+    b = retrieval_batch(6, 4, 10, 7, generator=_gen(4))
+    logits, _ = _reference(model, b)  # (B, n_values), float64, by hand
+    log_p = logits - logits.exp().sum(-1, keepdim=True).log()  # (B, n_values)
+    want = -sum(float(log_p[i, int(b.target[i])]) for i in range(6)) / 6
+    assert float(retrieval_loss(model, b).detach()) == pytest.approx(want, rel=1e-9)
+
+
+def test_gradient_snapshot_equals_per_example_backward_passes():
+    """Each example's score gradient from its own loss, one backward pass per example."""
+    torch.manual_seed(2)
+    model = RetrievalModel(16, 16, 8, 32, scaled=False).double()
+    b = retrieval_batch(40, 6, 16, 16, generator=_gen(5))
+    snap = gradient_snapshot(model, b)
+    norms = []
+    for i in range(40):
+        q, k, v = model.project(b.keys[i : i + 1], b.values[i : i + 1], b.query[i : i + 1])
+        scores = (q @ k.transpose(-2, -1)).detach().requires_grad_(True)  # (1, 1, 1, N)
+        weights = torch.softmax(scores * model.scale, dim=-1)  # (1, 1, 1, N)
+        logits = model.readout((weights @ v)[:, 0, 0])  # (1, n_values)
+        (grad,) = torch.autograd.grad(F.cross_entropy(logits, b.target[i : i + 1]), scores)
+        norms.append(float((grad * model.scale).norm()))  # d loss / d (scaled scores)
+    norms_t = torch.tensor(norms, dtype=torch.float64)
+    assert snap.score_grad_mean == pytest.approx(float(norms_t.mean()), rel=1e-6)
+    assert snap.score_grad_median == pytest.approx(float(norms_t.median()), rel=1e-6)
+    top4 = norms_t.pow(2).sort(descending=True).values[:4].sum() / norms_t.pow(2).sum()
+    assert snap.top_decile_share == pytest.approx(float(top4), rel=1e-6)
+
+
+def test_train_retrieval_equals_a_hand_written_adam_loop():
+    """Seeds as documented: parameters from ``seed``, batches from ``seed + 1``, the held-out
+    batch from ``seed + 2``; Adam on the mean cross-entropy."""
+    sizes = dict(batch_size=16, n_pairs=4, n_keys=12, n_values=12, d_model=8)
+    run = train_retrieval(scaled=False, d_k=16, steps=5, lr=1e-2, seed=3, eval_size=64, **sizes)
+    torch.manual_seed(3)
+    model = RetrievalModel(12, 12, 8, 16, scaled=False)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    data = _gen(4)
+    losses = []
+    for _ in range(5):
+        b = retrieval_batch(16, 4, 12, 12, generator=data)
+        loss = F.cross_entropy(model(b.keys, b.values, b.query), b.target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert run.losses == pytest.approx(losses, rel=1e-5)
+    held_out = retrieval_batch(64, 4, 12, 12, generator=_gen(5))
+    with torch.no_grad():
+        logits = model(held_out.keys, held_out.values, held_out.query)
+    assert run.accuracy == pytest.approx(
+        float((logits.argmax(-1) == held_out.target).float().mean())
+    )
+    assert run.scaled is False and run.d_k == 16

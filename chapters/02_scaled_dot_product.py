@@ -385,6 +385,28 @@ _ = plot_attention(
 # rows (0 and 4): identical, because the two tokens have identical embeddings — attention
 # alone is blind to order, which is the subject of chapter 4.
 #
+# ### Keys a query may not see: masks
+#
+# Often some keys must be hidden from some queries: the padding after a short sentence in a
+# batch, or, in a decoder (chapter 3), every later token. The book writes this as a boolean
+# **mask** broadcastable to `(B, H, Lq, Lk)`, `True` = *may attend*. It acts between steps 3
+# and 4: a hidden score becomes $-\infty$, so $e^{-\infty} = 0$ and the softmax shares the
+# row's weight among the allowed keys only. A row with no allowed key at all would be
+# $0/0$ = NaN; the package returns zeros for it (the query attends to nothing). Exercises 02.1
+# and 02.3 ask you to build both.
+
+# %%
+allowed = torch.ones(10, 10, dtype=torch.bool)  # (L, L), True = may attend
+allowed[:, 7:] = False  # hide "it was tired" from every query ...
+allowed[9] = False  # ... and give the query "tired" no key at all
+A_masked = torch.softmax(S_scaled.masked_fill(~allowed, float("-inf")), dim=-1)  # (L, L)
+assert (A_masked[:9, 7:] == 0).all() and torch.allclose(A_masked[:9].sum(-1), torch.ones(9))
+assert A_masked[9].isnan().all()  # the textbook formula on an empty row: 0/0
+z_masked = scaled_dot_product_attention(q4, k4, v4, allowed[None, None])  # (1, 1, L, d_v)
+torch.testing.assert_close(z_masked[0, 0, :9], A_masked[:9] @ V)
+assert torch.equal(z_masked[0, 0, 9], torch.zeros(d_v))  # the package: zeros, not NaN
+
+# %% [markdown]
 # ### No loop over time
 #
 # Nothing in the five steps loops over positions: every row of $A$ and $Z$ is computed by
@@ -906,19 +928,14 @@ QK_INITS = ("normal", "torch")  # W_Q, W_K: std 1/sqrt(d_model), or nn.Linear's 
 
 
 class RetrievalModel(nn.Module):
-    """One attention head that reads a dictionary of (key, value) pairs and answers a query.
+    """One attention head over ``N`` (key, value) pair tokens, queried by a key (see above).
 
-    ``x_i = LayerNorm(E_key[k_i] + E_val[v_i])`` for each of the ``N`` pairs and
-    ``x_q = LayerNorm(E_key[query])``; then ``q = x_q W_Q``, ``K = X W_K`` (width ``d_k``),
-    ``V = X W_V`` (width ``d_model``), one attention over the ``N`` pair tokens (no mask:
-    every pair may be attended to) and a linear read-out to logits over the values.
-
-    ``qk_init="normal"``: ``W_Q``, ``W_K`` drawn with std ``1/sqrt(d_model)``, so raw scores
-    start with std ≈ ``sqrt(d_k)``; ``"torch"``: ``nn.Linear``'s default (std
-    ``1/sqrt(3 d_model)``). ``scaled``: scores times ``1/sqrt(d_k)``, else times 1.
-    ``normalizer`` (one of ``attention.normalizers.NORMALIZERS``) turns scores into weights;
-    ``"softmax"`` uses ``attention.functional.scaled_dot_product_attention``, the others
-    ``normalized_attention``; ``score_bias`` only for ``"sigmoid"`` (``None``: ``−log N``).
+    keys, values ``(B, N)`` and query ``(B,)``, int64 → logits ``(B, n_values)``, and with
+    ``need_weights`` the weights ``(B, N)`` (no mask: every pair may be attended to).
+    ``qk_init``: ``"normal"`` (std ``1/sqrt(d_model)``) or ``"torch"`` (``nn.Linear``'s).
+    ``normalizer``: one of ``attention.normalizers.NORMALIZERS``; ``"softmax"`` runs
+    ``scaled_dot_product_attention``, the others ``normalized_attention``, and ``score_bias``
+    is for ``"sigmoid"`` only (``None``: ``−log N``).
     """
 
     def __init__(
@@ -1189,7 +1206,7 @@ assert unscaled_run.init_score_std > 15 and 0.8 < scaled_run.init_score_std < 1.
 assert unscaled_run.init_max_weight > 0.85 and scaled_run.init_max_weight < 0.6
 # The plateau: after 100 steps the unscaled loss is within 10 % of where it started, while the
 # scaled one has lost more than a third of it; later both learn the task.
-assert_c7_plateau({0: (scaled_run, unscaled_run)})
+_ = assert_c7_plateau({0: (scaled_run, unscaled_run)})  # the step ratio: in the seed table
 
 # %% [markdown]
 # The plateau is there: for about a hundred steps the unscaled model's loss stays within 10 %

@@ -209,24 +209,19 @@ def retrieval_batch(
     target = values.gather(1, pick).squeeze(1)  # (B,)
     return RetrievalBatch(keys=keys, values=values, query=query, target=target)
 
-# %% ../../chapters/02_scaled_dot_product.py #5a4b06062484
+# %% ../../chapters/02_scaled_dot_product.py #f612875ef460
 QK_INITS = ("normal", "torch")  # W_Q, W_K: std 1/sqrt(d_model), or nn.Linear's default
 
 
 class RetrievalModel(nn.Module):
-    """One attention head that reads a dictionary of (key, value) pairs and answers a query.
+    """One attention head over ``N`` (key, value) pair tokens, queried by a key (see above).
 
-    ``x_i = LayerNorm(E_key[k_i] + E_val[v_i])`` for each of the ``N`` pairs and
-    ``x_q = LayerNorm(E_key[query])``; then ``q = x_q W_Q``, ``K = X W_K`` (width ``d_k``),
-    ``V = X W_V`` (width ``d_model``), one attention over the ``N`` pair tokens (no mask:
-    every pair may be attended to) and a linear read-out to logits over the values.
-
-    ``qk_init="normal"``: ``W_Q``, ``W_K`` drawn with std ``1/sqrt(d_model)``, so raw scores
-    start with std ≈ ``sqrt(d_k)``; ``"torch"``: ``nn.Linear``'s default (std
-    ``1/sqrt(3 d_model)``). ``scaled``: scores times ``1/sqrt(d_k)``, else times 1.
-    ``normalizer`` (one of ``attention.normalizers.NORMALIZERS``) turns scores into weights;
-    ``"softmax"`` uses ``attention.functional.scaled_dot_product_attention``, the others
-    ``normalized_attention``; ``score_bias`` only for ``"sigmoid"`` (``None``: ``−log N``).
+    keys, values ``(B, N)`` and query ``(B,)``, int64 → logits ``(B, n_values)``, and with
+    ``need_weights`` the weights ``(B, N)`` (no mask: every pair may be attended to).
+    ``qk_init``: ``"normal"`` (std ``1/sqrt(d_model)``) or ``"torch"`` (``nn.Linear``'s).
+    ``normalizer``: one of ``attention.normalizers.NORMALIZERS``; ``"softmax"`` runs
+    ``scaled_dot_product_attention``, the others ``normalized_attention``, and ``score_bias``
+    is for ``"sigmoid"`` only (``None``: ``−log N``).
     """
 
     def __init__(

@@ -5,16 +5,19 @@ the decay summary, and an explicit loop for the identity-initialised RNN."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from book.experiments.gradients import GradientProfile
+from book.experiments.gradients import GradientProfile, sequential_depth
 from book.pages.ch01 import (
     LSTMClassifier,
     identity_rnn,
+    linear_scan_rounds,
     outputs_of,
     rate_and_ratio,
     recurrent_models,
@@ -249,3 +252,33 @@ def test_rate_and_ratio_of_a_geometric_decay():
         pytest.approx(1.0),
         pytest.approx(1.0),
     )
+
+
+# ------------------------------------------------------------------------------------------
+# The linear recurrence by parallel scan (section 1.3)
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seq_len", [1, 2, 5, 8, 13])
+def test_linear_scan_equals_the_sequential_loop(seq_len):
+    decay = torch.linspace(0.5, 1.0, 3, dtype=torch.float64)  # (D,)
+    x = torch.randn(2, seq_len, 3, dtype=torch.float64, generator=_gen(seq_len))
+    h, want = torch.zeros(2, 3, dtype=torch.float64), []
+    for t in range(seq_len):  # h_t = a ⊙ h_(t-1) + x_t
+        h = decay * h + x[:, t]
+        want.append(h)
+    rounds = linear_scan_rounds(decay, seq_len)(x)
+    assert len(rounds) == max(1, math.ceil(math.log2(seq_len)))
+    torch.testing.assert_close(rounds[-1], torch.stack(want, 1), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("n", "depth"), [(8, 3), (16, 4), (32, 5), (64, 6)])
+def test_linear_scan_depth_is_log2_n(n, depth):
+    decay = torch.full((4,), 0.9, dtype=torch.float64)
+    x = torch.randn(1, n, 4, dtype=torch.float64, generator=_gen(n))
+    assert sequential_depth(linear_scan_rounds(decay, n), x, generator=_gen()) == depth
+
+
+def test_linear_scan_rejects_a_bad_length():
+    with pytest.raises(ValueError, match="seq_len"):
+        linear_scan_rounds(torch.ones(2), 0)

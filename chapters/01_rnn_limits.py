@@ -1067,10 +1067,11 @@ record_claim(
 # $\partial y_t / \partial x_j \neq 0$ at the last position $t$ (a per-token Jacobian), or
 # *no path* if no round ever makes $y_t$ depend on $x_j$. For the LSTM a round is one
 # application of its cell, so the prediction is $d + 1$ rounds at distance $d = t - j$ (the
-# cell that reads $x_j$, then $d$ state updates); for attention, one layer at every distance.
-# A measurement that can only say "short" proves nothing, so we add a **control that mixes
-# nothing**: a per-token `nn.Linear`, tanh, `nn.Linear` stack, whose output at $t$ depends
-# on token $t$ alone. It must report no path from any other token.
+# cell that reads $x_j$, then $d$ state updates; exercise 01.1 counts only the updates, $d$);
+# for attention, one layer at every distance. A measurement that can only say "short" proves
+# nothing, so we add a **control that mixes nothing**: a per-token `nn.Linear`, tanh,
+# `nn.Linear` stack, whose output at $t$ depends on token $t$ alone. It must report no path
+# from any other token.
 
 # %% tags=["nbval-check-output"]
 torch.manual_seed(0)

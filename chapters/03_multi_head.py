@@ -909,13 +909,14 @@ record_claim(
 # the other on the partner, and both digits are right almost always. With one head, the model
 # picks one relation, solves it, and guesses the other — the averaging problem of section 3.1,
 # now found by gradient descent; which relation it picks is up to the seed (the previous token
-# on two seeds, the partner on the third). Two caveats keep the verdict at "partly". We did
-# not look inside BERT: our task was *designed* to need two relations, so it shows that heads
-# can and do split work when a task rewards it, not which relations BERT's heads pick. And
-# specialisation is not one head per relation: with four heads, on seed 0 one took the
-# previous token and the others shared the partner search between them, on seed 1 two heads
-# took each relation — redundancy that Michel et al. (2019) and Voita et al. (2019) found in
-# trained translation models too, where many heads can be pruned at little cost.
+# on two seeds, the partner on the third). What keeps the verdict at "partly" (`c9b_verdict`)
+# is the half of the claim we did not test: our task was *designed* to need two relations, so
+# it shows that heads can and do split work when a task rewards it, not which relations BERT's
+# heads pick. One more caveat, on the wording rather than the verdict: specialisation is not
+# one head per relation. With four heads, on seed 0 one took the previous token and the others
+# shared the partner search, on seed 1 two heads took each relation — redundancy that Michel
+# et al. (2019) and Voita et al. (2019) found in trained translation models too, where many
+# heads can be pruned at little cost.
 
 # %% [markdown]
 # ## 3.5 C10: how many heads?

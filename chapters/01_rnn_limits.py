@@ -149,7 +149,7 @@ import torch
 from torch import nn
 
 from attention.checks import check_float, check_positive_int, check_rank, check_tensor
-from book.experiments.gradients import layer_rounds
+from book.experiments.gradients import GradientProfile, layer_rounds
 
 
 def unrolled_lstm(
@@ -395,7 +395,7 @@ fig.tight_layout()
 # %%
 #| export
 def rate_and_ratio(
-    profile, *, near: tuple[int, int], far: int, fit: tuple[int, int]
+    profile: GradientProfile, *, near: tuple[int, int], far: int, fit: tuple[int, int]
 ) -> tuple[float, float]:
     """``(per-step factor, far/near ratio)`` of a :class:`GradientProfile` of ``L`` positions
     read out at the last one: the factor fitted over distances ``fit``, and the mean norm over

@@ -4,7 +4,7 @@
 __all__ = ['unrolled_lstm', 'signal_batch', 'recurrent_models', 'outputs_of', 'rate_and_ratio', 'identity_rnn',
            'linear_scan_rounds', 'LSTMClassifier']
 
-# %% ../../chapters/01_rnn_limits.py #e284473579fb
+# %% ../../chapters/01_rnn_limits.py #5ef0f3eea866
 import math
 from collections.abc import Sequence
 
@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from attention.checks import check_float, check_positive_int, check_rank, check_tensor
-from book.experiments.gradients import layer_rounds
+from book.experiments.gradients import GradientProfile, layer_rounds
 
 
 def unrolled_lstm(
@@ -122,9 +122,9 @@ def outputs_of(rnn: nn.Module):
     """The RNN as a function ``x (B, L, D) -> outputs (B, L, H)``, dropping its final state."""
     return lambda z: rnn(z)[0]
 
-# %% ../../chapters/01_rnn_limits.py #dcb408beae10
+# %% ../../chapters/01_rnn_limits.py #96cce4433d31
 def rate_and_ratio(
-    profile, *, near: tuple[int, int], far: int, fit: tuple[int, int]
+    profile: GradientProfile, *, near: tuple[int, int], far: int, fit: tuple[int, int]
 ) -> tuple[float, float]:
     """``(per-step factor, far/near ratio)`` of a :class:`GradientProfile` of ``L`` positions
     read out at the last one: the factor fitted over distances ``fit``, and the mean norm over

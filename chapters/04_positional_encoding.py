@@ -879,7 +879,7 @@ def train_lookback(
             offset=offset,
             vocab_size=model.vocab_size,
             generator=generator,
-        ),  # fmt: skip
+        ),
         lookback_loss,
         steps=steps,
         lr=lr,
@@ -938,7 +938,7 @@ def lookback_accuracy(
 # sequences of 16 to 128 tokens — up to four times the training length. The three variants
 # whose verdicts rest on training (sinusoidal, learned with a table of 128, RoPE) are trained
 # once per seed of the book's `SEEDS` (three; `lookback_accuracy_over_seeds` in
-# `book.claims.ch04` runs the same two calls for the seeds after the first); the two
+# `book.claims.ch04` calls `run` for the seeds after the first); the two
 # controls (no positions, which cannot express the task, and the table of 32, which cannot
 # run past it) once, with seed 0.
 #
@@ -964,32 +964,31 @@ variants = {  # name: (positional, max_len)
     "learned, table 128": ("learned", 128),
     "RoPE": ("rope", 128),
 }
-models, losses = {}, {}
-for name, (positional, max_len) in variants.items():
-    models[name] = build_lookback_model(positional, max_len, seed=SEED)
+
+
+def run(name: str, seed: int):
+    """Build variant ``name`` with ``seed`` and train it on that seed's batches."""
+    model = build_lookback_model(*variants[name], seed=seed)
     log = train_lookback(
-        models[name], steps=STEPS, min_len=TRAIN_MIN, max_len=TRAIN_MAX, offset=OFFSET,
-        seed=SEED, progress=True,
+        model, steps=STEPS, min_len=TRAIN_MIN, max_len=TRAIN_MAX, offset=OFFSET, seed=seed,
+        progress=True,
     )  # fmt: skip
+    return model, log
+
+
+def accuracies_of(model) -> list[float | None]:
+    return [lookback_accuracy(model, n, offset=OFFSET) for n in TEST_LENGTHS]
+
+
+models, losses = {}, {}
+for name in variants:
+    models[name], log = run(name, SEED)
     losses[name] = log.losses
-accuracy = {
-    name: [lookback_accuracy(model, n, offset=OFFSET) for n in TEST_LENGTHS]
-    for name, model in models.items()
-}
+accuracy = {name: accuracies_of(model) for name, model in models.items()}
 # accuracy_seeds[name][n]: one accuracy per seed at test length n (seed 0's from above)
 accuracy_seeds = {
     name: lookback_accuracy_over_seeds(
-        lambda seed, v=variants[name]: build_lookback_model(*v, seed=seed),
-        lambda model, seed: train_lookback(
-            model,
-            steps=STEPS,
-            min_len=TRAIN_MIN,
-            max_len=TRAIN_MAX,
-            offset=OFFSET,
-            seed=seed,
-            progress=True,
-        ),  # fmt: skip
-        lambda model: [lookback_accuracy(model, n, offset=OFFSET) for n in TEST_LENGTHS],
+        lambda seed, name=name: accuracies_of(run(name, seed)[0]),
         TEST_LENGTHS,
         seeds=SEEDS,
         done={SEED: accuracy[name]},

@@ -223,26 +223,17 @@ def c15_verdict(
 
 
 def lookback_accuracy_over_seeds(
-    build: Callable[[int], object],
-    train: Callable[[object, int], object],
-    evaluate: Callable[[object], Sequence[float | None]],
+    run: Callable[[int], Sequence[float | None]],
     lengths: Sequence[int],
     *,
     seeds: Sequence[int],
     done: Mapping[int, Sequence[float | None]] | None = None,
 ) -> dict[int, list[float | None]]:
-    """``{length: [accuracy of each seed]}``: for each seed in order, ``model = build(seed)``,
-    ``train(model, seed)``, then ``evaluate(model)`` (one accuracy per length of
-    ``lengths``). Seeds in ``done`` (seed -> accuracies) are taken as given, not retrained."""
+    """``{length: [accuracy of each seed]}``: ``run(seed)`` (build, train and test one model:
+    one accuracy per length of ``lengths``) for each seed in order; seeds in ``done`` (seed ->
+    accuracies) are taken as given, not rerun."""
     done = dict(done or {})
-    by_seed = {}
-    for seed in seeds:
-        if seed in done:
-            by_seed[seed] = list(done[seed])
-            continue
-        model = build(seed)
-        train(model, seed)
-        by_seed[seed] = list(evaluate(model))
+    by_seed = {seed: list(done[seed]) if seed in done else list(run(seed)) for seed in seeds}
     for seed, accs in by_seed.items():
         if len(accs) != len(lengths):
             raise ValueError(

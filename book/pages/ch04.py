@@ -164,7 +164,7 @@ def build_lookback_model(
             model.pos.weight.normal_(0.0, model.embed.weight.std().item())
     return model
 
-# %% ../../chapters/04_positional_encoding.py #4ab20e453d04
+# %% ../../chapters/04_positional_encoding.py #20d4bf8a5795
 import torch.nn.functional as F
 
 
@@ -201,7 +201,7 @@ def train_lookback(
             offset=offset,
             vocab_size=model.vocab_size,
             generator=generator,
-        ),  # fmt: skip
+        ),
         lookback_loss,
         steps=steps,
         lr=lr,

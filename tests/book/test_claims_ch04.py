@@ -148,25 +148,15 @@ def test_every_verdict_function_returns_a_verdict():
     assert outcomes == set(VERDICTS)
 
 
-def test_lookback_accuracy_over_seeds_trains_in_order_and_reuses_done_seeds():
+def test_lookback_accuracy_over_seeds_runs_in_order_and_reuses_done_seeds():
     calls = []
 
-    def build(seed):
-        calls.append(("build", seed))
-        return {"seed": seed}
+    def run(seed):
+        calls.append(seed)
+        return [seed / 10, seed / 100]
 
-    def train(model, seed):
-        calls.append(("train", seed))
-        model["trained"] = True
-
-    def evaluate(model):
-        assert model["trained"]
-        return [model["seed"] / 10, model["seed"] / 100]
-
-    got = lookback_accuracy_over_seeds(
-        build, train, evaluate, [16, 32], seeds=(0, 1, 2), done={0: [0.9, 0.8]}
-    )
+    got = lookback_accuracy_over_seeds(run, [16, 32], seeds=(0, 1, 2), done={0: [0.9, 0.8]})
     assert got == {16: [0.9, 0.1, 0.2], 32: [0.8, 0.01, 0.02]}
-    assert calls == [("build", 1), ("train", 1), ("build", 2), ("train", 2)]
+    assert calls == [1, 2]
     with pytest.raises(ValueError, match="one per length"):
-        lookback_accuracy_over_seeds(build, train, lambda m: [0.5], [16, 32], seeds=(3,))
+        lookback_accuracy_over_seeds(lambda seed: [0.5], [16, 32], seeds=(3,))

@@ -16,7 +16,7 @@ import torch
 
 from attention.functional import safe_softmax
 from attention.masks import causal_mask, padding_mask
-from book.experiments.ch06 import FP16_MAX
+from book.pages.ch06 import FP16_MAX
 from measure.memory import kv_cache_bytes
 
 from . import CheckFailed, expect_shape, randn, register

@@ -2,7 +2,7 @@
 
 Answers are compared with ``nn.MultiheadAttention`` and the package's
 :class:`attention.heads.MultiHeadAttention`. A wrong multi-head forward pass is compared with
-the output of every wrong head layout of :data:`book.experiments.ch08.LAYOUTS` on the same
+the output of every wrong head layout of :data:`book.pages.ch08.LAYOUTS` on the same
 input and weights, so that the message names the layout the learner wrote. A learner's test
 function is run on modules with every layout (and a few other bugs) and must give each the
 right verdict.
@@ -16,13 +16,13 @@ import torch
 from torch import nn
 
 from attention.heads import MultiHeadAttention
-from book.experiments.ch08 import (
+from book.pages.ch08 import (
     CORRECT,
     LAYOUTS,
     WRONG,
     HandMultiHeadAttention,
+    future_test,
 )
-from book.pages.ch08 import future_test
 
 from . import CheckFailed, expect_close, expect_shape, randn, register
 from .helpers import expect_tensor, matches

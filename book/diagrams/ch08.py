@@ -1,7 +1,7 @@
 """Diagrams of chapter 8: torch's weight layout, and where the data goes under each head layout.
 
 The layout diagrams apply the real split and merge functions of
-:data:`book.experiments.ch08.LAYOUTS` to a tensor of labels, so they show what the code does.
+:data:`book.pages.ch08.LAYOUTS` to a tensor of labels, so they show what the code does.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from book.diagrams import COLORS, arrow, box, caption, grid, new_diagram
-from book.experiments.ch08 import CORRECT, LAYOUTS, source_map
+from book.pages.ch08 import CORRECT, LAYOUTS, source_map
 
 # A tiny example: 4 tokens of 6 features, 2 heads of 3.
 L, D, H = 4, 6, 2

@@ -12,7 +12,7 @@ from torch import nn
 
 from book.checks import exercises_for_chapter
 from book.checks.ch08 import LAYOUT_HINTS, future_zoo, layout_outputs
-from book.experiments.ch08 import LAYOUTS, SILENT_WRONG, WRONG, make_attention
+from book.pages.ch08 import LAYOUTS, SILENT_WRONG, WRONG, make_attention
 from tests.book.check_outcomes import fails, fails_with, passes, run_check
 
 EXERCISES = {ex.id: ex for ex in exercises_for_chapter("08")}

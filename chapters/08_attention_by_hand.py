@@ -1106,7 +1106,7 @@ ax.set_xlabel("unit test")
 ax.set_ylabel("head layout of the module")
 ax.legend(
     handles=[Patch(color=c, label=lbl) for c, lbl in
-             zip(colours.colors, ("passes (bug missed)", "fails (bug caught)", "raises"),
+             zip(colours.colors, ("passes", "fails (bug caught)", "raises (bug caught)"),
                  strict=True)],  # fmt: skip
     loc="upper left",
     bbox_to_anchor=(1.01, 1),

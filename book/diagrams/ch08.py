@@ -116,8 +116,9 @@ def split_layouts() -> plt.Figure:
             block = where[j]  # (positions, Dh, 2)
             _labelled_grid(ax, (x0, y - 0.3), block[..., 0], block[..., 1], cell=cell,
                            cmap=TOKEN_CMAP, vmax=L)  # fmt: skip
+            label = f"head {j}" if n_blocks == H else f"token {j}"  # no transpose: L blocks
             caption(ax, (x0 + where.shape[2] * cell / 2, y - 0.3 - block.shape[0] * cell - 0.15),
-                    f"head {j}", fontsize=7)  # fmt: skip
+                    label, fontsize=7)  # fmt: skip
         if name != CORRECT:
             caption(ax, (13.9, y - 0.7), LAYOUTS[name].effect, fontsize=7, ha="right",
                     style="italic")  # fmt: skip

@@ -26,6 +26,7 @@ from book.experiments.seeds import Spread, spread
 from book.pages.ch08 import (
     CORRECT,
     LAYOUTS,
+    SILENT_WRONG,
     TEST_SHAPE,
     WRONG,
     LayoutRun,
@@ -37,7 +38,10 @@ from book.pages.ch08 import (
     permutation_test,
     shape_test,
     torch_comparison_test,
+    train_layout,
 )
+from book.progress import progress as progress_bar
+from book.sceptic import Outcome, Perturbation, Sweep
 
 REPRODUCED, PARTLY, NOT_REPRODUCED = VERDICTS
 
@@ -287,3 +291,48 @@ def assert_tests_catch_together(
     assert not rejected, f"these tests reject the correct layout: {rejected}"
     missed = [name for name in layouts if all(table[name][t] == PASSED for t in tests)]
     assert not missed, f"{list(tests)} together pass these wrong layouts: {missed}"
+
+
+# ------------------------------------------------------------------------------------------
+# C28 under a sceptic's changes (book.sceptic; make sceptic CH=08 CLAIM=C28)
+# ------------------------------------------------------------------------------------------
+
+
+def c28_sweep_run(*, seeds: list[int], steps: int, num_heads: int) -> Outcome:
+    """Train the correct layout and every silent wrong one on each of ``seeds`` (the chapter's
+    :func:`train_layout`, ``steps`` steps, ``num_heads`` heads) and judge C28
+    (:func:`c28_verdict`); the numbers: each layout's mean accuracy (min–max) over the seeds."""
+    trained = (CORRECT, *SILENT_WRONG)
+    settings = [(name, seed) for name in trained for seed in seeds]
+    runs = [
+        train_layout(name, seed=seed, steps=steps, num_heads=num_heads)
+        for name, seed in progress_bar(settings, desc="runs", leave=False)
+    ]
+    accuracy = {name: s.values for name, s in accuracy_spreads(runs).items()}
+    loud = [n for n in WRONG if not LAYOUTS[n].silent]
+    try:
+        verdict = c28_verdict(accuracy, loud)
+    except ValueError:  # the correct layout did not learn: nothing is ruined against it
+        verdict = NOT_REPRODUCED
+    numbers = {
+        name: f"{spread(v).mean:.3f} ({min(v):.3f}-{max(v):.3f})" for name, v in accuracy.items()
+    }
+    numbers["ruined"] = sorted(n for n in SILENT_WRONG if ruined(accuracy[n], accuracy[CORRECT]))
+    return Outcome(verdict, numbers)
+
+
+# The chapter shows seeds 0-2, 300 steps (chapter 3's budget, not tuned) and 2 heads.
+SCEPTIC_SWEEPS = (
+    Sweep(
+        "C28",
+        run=c28_sweep_run,
+        baseline={"seeds": [0, 1, 2], "steps": 300, "num_heads": 2},
+        perturbations=(
+            Perturbation("seeds 3–5", "three other seeds", {"seeds": [3, 4, 5]}),
+            Perturbation("1000 steps", "a 3.3× longer training budget", {"steps": 1000}),
+            Perturbation(
+                "4 heads", "four heads of width 8 (the claim's own knob)", {"num_heads": 4}
+            ),
+        ),
+    ),
+)

@@ -24,6 +24,7 @@ import torch
 from attention.checks import check_choice, check_positive_int
 from attention.decoder import CharDecoder, generate
 from attention.functional import safe_softmax, scaled_dot_product_attention
+from attention.masks import causal_mask, combine_masks
 from book.claims import VERDICTS
 from book.data import pydoc_text
 from book.experiments.training import torch_threads
@@ -32,10 +33,19 @@ from book.pages.ch06 import (
     FILLS,
     FP16_MAX,
     MASK_TESTS,
+    accuracy_vs_padding,
+    eval_windows,
     masked_softmax,
     naive_softmax,
+    padding_drift,
     stack_attention,
+    text_data,
+    train_decoder,
+    train_padding_classifier,
+    unigram_loss,
 )
+from book.progress import progress as progress_bar
+from book.sceptic import Outcome, Perturbation, Sweep
 from measure.memory import peak_extra_bytes
 from measure.timing import min_seconds
 
@@ -626,3 +636,115 @@ def assert_cache_exact(cached, recomputed) -> None:
     assert torch.equal(cached.tokens, recomputed.tokens), "cached decoding chose other tokens"
     diff = float((cached.logits - recomputed.logits).abs().max())
     assert diff <= 1e-4, f"cached logits differ from recomputed ones by {diff:.3g}"
+
+
+# ------------------------------------------------------------------------------------------
+# The sceptic's sweeps of the trained claims (book.sceptic; make sceptic CH=06)
+# ------------------------------------------------------------------------------------------
+
+
+def _span(values: Sequence[float], fmt: str = ".2f") -> str:
+    return f"{min(values):{fmt}}-{max(values):{fmt}}"
+
+
+def c20_sweep_run(*, seeds: list[int], steps: int) -> Outcome:
+    """Train the chapter's decoder with and without the mask on each of ``seeds`` for
+    ``steps`` steps and judge C20 (:func:`c20_verdict`, unigram baseline of section 6.1)."""
+    data = text_data()
+    _, targets = eval_windows(data)  # (32, SEQ_LEN)
+    baseline = unigram_loss(data.train, targets, data.vocab.size)
+    settings = [(causal, seed) for causal in (True, False) for seed in seeds]
+    runs = {
+        (causal, seed): train_decoder(causal=causal, seed=seed, steps=steps)
+        for causal, seed in progress_bar(settings, desc="runs", leave=False)
+    }
+    masked = [runs[True, s] for s in seeds]
+    unmasked = [runs[False, s] for s in seeds]
+    numbers = (
+        [r.final_train_loss for r in masked],
+        [r.final_train_loss for r in unmasked],
+        [r.honest for r in masked],
+        [r.honest for r in unmasked],
+    )
+    return Outcome(
+        c20_verdict(*numbers, baseline=baseline),
+        {
+            "train loss masked": _span(numbers[0]),
+            "train loss unmasked": _span(numbers[1]),
+            "honest loss masked": _span(numbers[2]),
+            "honest loss unmasked": _span(numbers[3]),
+            "unigram": f"{baseline:.2f}",
+        },
+    )
+
+
+def combined_mask_difference() -> float:
+    """Section 6.3's last check: a causal mask ANDed with left padding, the package's
+    attention against torch's SDPA given the same bool mask (largest difference)."""
+    n = 6
+    left_keep = torch.tensor([[False, False, True, True, True, True], [True] * n])  # (B, L)
+    both = combine_masks(causal_mask(n), left_keep[:, None, None, :])  # (B, 1, L, L)
+    q, k, v = (
+        torch.randn(2, 2, n, 8, generator=torch.Generator().manual_seed(s)) for s in (4, 5, 6)
+    )
+    ours = scaled_dot_product_attention(q, k, v, both)  # (B, H, L, E)
+    theirs = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=both)
+    return float((ours - theirs).abs().max())
+
+
+C22_PADS = (0, 1, 2, 4, 8, 16)
+C22_EVAL_PADS = (0, 4, 8, 16, 32)
+
+
+def c22_sweep_run(*, seeds: list[int], steps: int, train_masked: bool) -> Outcome:
+    """Train the padding classifier on each of ``seeds`` (``steps`` steps, with or without its
+    mask in training), measure its accuracy against padding with and without the mask, and
+    judge C22 (:func:`c22_verdict`, with section 6.3's drift and combined-mask check)."""
+    drift = {m: padding_drift(list(C22_PADS), masked=m) for m in (True, False)}
+    models = [
+        train_padding_classifier(seed, steps=steps, use_mask=train_masked)
+        for seed in progress_bar(seeds, desc="runs", leave=False)
+    ]
+    acc = {
+        m: [accuracy_vs_padding(model, list(C22_EVAL_PADS), masked=m) for model in models]
+        for m in (True, False)
+    }
+    return Outcome(
+        c22_verdict(drift[True], drift[False], acc[True], acc[False], combined_mask_difference()),
+        {
+            "masked, 0 pads": _span([r[0] for r in acc[True]]),
+            f"masked, {C22_EVAL_PADS[-1]} pads": _span([r[-1] for r in acc[True]]),
+            "no mask, 0 pads": _span([r[0] for r in acc[False]]),
+            f"no mask, {C22_EVAL_PADS[-1]} pads": _span([r[-1] for r in acc[False]]),
+        },
+    )
+
+
+# The chapter shows seeds 0-2, 200 steps for the decoder and 60 for the classifier (trained
+# with its mask, on batches padded by up to CLS_TRAIN_PAD extra pads).
+SCEPTIC_SWEEPS = (
+    Sweep(
+        "C20",
+        run=c20_sweep_run,
+        baseline={"seeds": [0, 1, 2], "steps": 200},
+        perturbations=(
+            Perturbation("seeds 3–5", "three other seeds", {"seeds": [3, 4, 5]}),
+            Perturbation("600 steps", "a 3× longer training budget", {"steps": 600}),
+        ),
+    ),
+    Sweep(
+        "C22",
+        run=c22_sweep_run,
+        baseline={"seeds": [0, 1, 2], "steps": 60, "train_masked": True},
+        perturbations=(
+            Perturbation("seeds 3–5", "three other seeds", {"seeds": [3, 4, 5]}),
+            Perturbation("180 steps", "a 3× longer training budget", {"steps": 180}),
+            Perturbation(
+                "trained without the mask",
+                "the classifier trained without its padding mask (the bug from the start), "
+                "then run with and without it",
+                {"train_masked": False},
+            ),
+        ),
+    ),
+)

@@ -308,7 +308,7 @@ def padding_drift(
             drift.append(float((out - base).abs().max()))
     return drift
 
-# %% ../../chapters/06_engineering_pitfalls.py #dac56c3af2c8
+# %% ../../chapters/06_engineering_pitfalls.py #a4b816ab4878
 CLS_VOCAB, CLS_MIN_LEN, CLS_MAX_LEN, CLS_TRAIN_PAD = 6, 6, 12, 4
 
 
@@ -357,13 +357,18 @@ class PadAwareClassifier(nn.Module):
         return self.inner(tokens, keep=keep)  # (B, 2)
 
 
-def train_padding_classifier(seed: int, *, steps: int = 60) -> PadAwareClassifier:
+def train_padding_classifier(
+    seed: int, *, steps: int = 60, use_mask: bool = True
+) -> PadAwareClassifier:
     """Adam on the cross-entropy of the labels: weights from ``seed``, batches of 32 from
-    ``seed + 1``, always with the padding mask."""
+    ``seed + 1``, with the padding mask (``use_mask=False``: trained without it; the returned
+    model has its mask switched on either way)."""
     model = PadAwareClassifier(seed=seed)
+    model.use_mask = use_mask
     fit(model, lambda g: majority_batch(32, g),
         lambda m, b: F.cross_entropy(m(b[0]), b[1]),
         steps=steps, lr=3e-3, data_seed=seed + 1, clip=1.0, threads=1)  # fmt: skip
+    model.use_mask = True
     return model
 
 

@@ -344,3 +344,18 @@ def test_kv_cache_verdict():
 
 def test_every_verdict_is_one_of_the_verdicts():
     assert set(VERDICTS) == {"reproduced", "partly", "not reproduced"}
+
+
+def test_sweeps_declare_seeds_budget_and_the_mask_in_training():
+    sweeps = {s.claim_id: s for s in claims.SCEPTIC_SWEEPS}
+    assert set(sweeps) == {"C20", "C22"}
+    for sweep in sweeps.values():
+        changed = {k for p in sweep.perturbations for k in p.kwargs}
+        assert {"seeds", "steps"} <= changed
+        budgets = [p.kwargs["steps"] for p in sweep.perturbations if "steps" in p.kwargs]
+        assert min(budgets) >= 3 * sweep.baseline["steps"]
+    assert any(p.kwargs == {"train_masked": False} for p in sweeps["C22"].perturbations)
+
+
+def test_combined_mask_difference_is_rounding():
+    assert claims.combined_mask_difference() < 1e-6

@@ -152,3 +152,12 @@ def test_the_chapters_test_table_gives_partly():
     assert claims.c28_tests_verdict(table, WRONG) == "partly"
     assert claims.c28_tests_verdict(table, ["no contiguous"]) == "reproduced"  # it raises
     assert set(SILENT_WRONG) < set(LAYOUTS)
+
+
+def test_c28_sweep_declares_seeds_budget_and_heads():
+    (sweep,) = claims.SCEPTIC_SWEEPS
+    assert sweep.claim_id == "C28"
+    assert sweep.baseline == {"seeds": [0, 1, 2], "steps": 300, "num_heads": 2}
+    assert {k for p in sweep.perturbations for k in p.kwargs} == {"seeds", "steps", "num_heads"}
+    budgets = [p.kwargs["steps"] for p in sweep.perturbations if "steps" in p.kwargs]
+    assert budgets and min(budgets) >= 3 * sweep.baseline["steps"]

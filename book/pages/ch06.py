@@ -5,7 +5,7 @@ __all__ = ['Tensor', 'D_MODEL', 'NUM_HEADS', 'NUM_LAYERS', 'D_FF', 'SEQ_LEN', 'B
            'MASK_TESTS', 'PAD', 'CLS_VOCAB', 'CLS_MIN_LEN', 'CLS_MAX_LEN', 'CLS_TRAIN_PAD', 'FP16_MAX',
            'EXP_LIMIT_FP16', 'MEMORY_METHODS', 'TextData', 'text_data', 'unigram_loss', 'build_decoder', 'lm_loss',
            'honest_next_token_loss', 'eval_windows', 'raw_products', 'ScoreMonitor', 'max_score', 'DecoderRun',
-           'train_decoder', 'greedy_samples', 'masked_softmax', 'additive_half_mask', 'position_zero_test',
+           'train_decoder', 'sample_texts', 'masked_softmax', 'additive_half_mask', 'position_zero_test',
            'future_leak_test', 'sees_past_test', 'padding_drift', 'majority_batch', 'with_padding',
            'PadAwareClassifier', 'train_padding_classifier', 'accuracy_vs_padding', 'naive_softmax', 'stack_attention']
 
@@ -199,13 +199,16 @@ def train_decoder(
     return DecoderRun(causal, seed, log.losses, teacher, honest, monitor.max_scores,
                       monitor.max_products, model)  # fmt: skip
 
-# %% ../../chapters/06_engineering_pitfalls.py #f2cf8831b04e
-def greedy_samples(model: CharDecoder, data: TextData, *, n: int = 3, prompt_len: int = 12):
-    """Greedy continuations of ``n`` held-out prompts to the model's full length (recomputed
-    left to right: correct with or without the mask), as (prompt, continuation) strings."""
+# %% ../../chapters/06_engineering_pitfalls.py #f0e729688774
+def sample_texts(model: CharDecoder, data: TextData, *, n: int = 3, prompt_len: int = 12,
+                 temperature: float | None = None, seed: int = 0) -> list[tuple[str, str]]:
+    """Continuations of ``n`` held-out prompts to the model's full length, recomputed left to
+    right (correct with or without the mask), as (prompt, continuation) strings: greedy
+    (``temperature=None``) or sampled at ``temperature`` with a generator seeded by ``seed``."""
     inputs, _ = eval_windows(data, n=n, seed=3)  # (n, SEQ_LEN)
     out = generate(model, inputs[:, :prompt_len], max_new_tokens=model.max_len - prompt_len,
-                   use_cache=False)  # fmt: skip
+                   use_cache=False, temperature=temperature,
+                   generator=torch.Generator().manual_seed(seed))  # fmt: skip
     return [(data.vocab.decode(row[:prompt_len]), data.vocab.decode(row[prompt_len:]))
             for row in out.tokens]  # fmt: skip
 

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from attention.decoder import CharDecoder
+from attention.decoder import CharDecoder, generate
 from attention.masks import causal_mask
 from book.claims import ch06 as claims
 from book.pages import ch06 as page
@@ -49,7 +49,7 @@ def test_short_training_runs_and_the_monitor_records_every_step():
     assert len(run.losses) == len(run.max_scores) == len(run.max_products) == 3
     assert all(p / math.sqrt(page.D_MODEL // page.NUM_HEADS) == pytest.approx(s)
                for s, p in zip(run.max_scores, run.max_products, strict=True))  # fmt: skip
-    samples = page.greedy_samples(run.model, data, n=2, prompt_len=4)
+    samples = page.sample_texts(run.model, data, n=2, prompt_len=4, temperature=1.0)
     assert len(samples) == 2 and all(len(c) == page.SEQ_LEN - 4 for _, c in samples)
 
 
@@ -143,3 +143,15 @@ def test_padding_drift_is_zero_with_the_mask():
     unmasked = page.padding_drift([0, 2, 5], masked=False)
     assert masked[0] == unmasked[0] == 0.0
     assert max(masked) < 1e-6 < min(unmasked[1:])
+
+
+def test_sample_texts_decodes_generate_and_is_reproducible():
+    data = page.text_data()
+    model = page.build_decoder(data.vocab.size, causal=True, seed=0).eval()
+    inputs, _ = page.eval_windows(data, n=2, seed=3)
+    greedy = generate(model, inputs[:, :4], max_new_tokens=page.SEQ_LEN - 4, use_cache=True)
+    texts = page.sample_texts(model, data, n=2, prompt_len=4)
+    assert [c for _, c in texts] == [data.vocab.decode(r[4:]) for r in greedy.tokens]
+    assert [p for p, _ in texts] == [data.vocab.decode(r[:4]) for r in inputs[:, :4]]
+    a = page.sample_texts(model, data, n=2, prompt_len=4, temperature=1.0, seed=1)
+    assert a == page.sample_texts(model, data, n=2, prompt_len=4, temperature=1.0, seed=1)

@@ -359,3 +359,15 @@ def test_sweeps_declare_seeds_budget_and_the_mask_in_training():
 
 def test_combined_mask_difference_is_rounding():
     assert claims.combined_mask_difference() < 1e-6
+
+
+def test_sweep_runners_run_and_judge_a_tiny_budget():
+    c20 = claims.c20_sweep_run(seeds=[0], steps=2)
+    assert c20.verdict in VERDICTS and "unigram" in c20.numbers
+    c22 = claims.c22_sweep_run(seeds=[0], steps=2, train_masked=False)
+    assert c22.verdict in VERDICTS and set(c22.numbers) == {
+        "masked, 0 pads",
+        "masked, 32 pads",
+        "no mask, 0 pads",
+        "no mask, 32 pads",
+    }

@@ -161,3 +161,10 @@ def test_c28_sweep_declares_seeds_budget_and_heads():
     assert {k for p in sweep.perturbations for k in p.kwargs} == {"seeds", "steps", "num_heads"}
     budgets = [p.kwargs["steps"] for p in sweep.perturbations if "steps" in p.kwargs]
     assert budgets and min(budgets) >= 3 * sweep.baseline["steps"]
+
+
+def test_c28_sweep_run_on_a_tiny_budget():
+    # two steps: the correct layout has not learnt the task, so nothing can be judged ruined
+    outcome = claims.c28_sweep_run(seeds=[0], steps=2, num_heads=2)
+    assert outcome.verdict == "not reproduced"
+    assert set(outcome.numbers) == {CORRECT, *SILENT_WRONG, "ruined"}

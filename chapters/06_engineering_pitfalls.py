@@ -88,7 +88,10 @@ make_deterministic(0)
 # %% [markdown]
 # **The data.** The text is split 90 / 10 in reading order, so the held-out part is text the
 # model never saw. Its baseline is the *unigram* loss: the cross-entropy of the held-out
-# characters under the character frequencies of the training part.
+# characters under the character frequencies of the training part. (Cells that start with
+# `#| export` are copied by `make export` into the module `book.pages.ch06`, from which the
+# chapter's claims module, the exercise checks and the book's tests import them: this page is
+# their one definition.)
 
 # %%
 #| export

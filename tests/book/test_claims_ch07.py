@@ -69,6 +69,9 @@ def test_assert_vit_needs_more_data():
     with pytest.raises(AssertionError, match="does not shrink"):
         claims.assert_vit_needs_more_data(vit_small=[0.8], cnn_small=[0.9], vit_full=[0.8],
                                         cnn_full=[0.95], margin=0.03)  # fmt: skip
+    with pytest.raises(AssertionError, match="does not shrink by 0.03"):  # 0.200 -> 0.199
+        claims.assert_vit_needs_more_data(vit_small=[0.7], cnn_small=[0.9], vit_full=[0.751],
+                                          cnn_full=[0.95])  # fmt: skip
 
 
 def test_layer_cost_of_a_window_block_is_linear_in_the_tokens():
@@ -255,6 +258,8 @@ def test_vit_data_verdict_and_gaps():
     assert claims.vit_data_verdict(0.20, 0.12) == "reproduced"
     assert claims.vit_data_verdict(0.20, 0.25) == "partly"  # the gap grows with the data
     assert claims.vit_data_verdict(0.20, 0.20) == "partly"
+    assert claims.vit_data_verdict(0.200, 0.199) == "partly"  # a thousandth is not shrinking
+    assert claims.vit_data_verdict(0.20, 0.18, shrink=0.01) == "reproduced"
     assert claims.vit_data_verdict(0.02, -0.1) == "not reproduced"  # no lead with little data
     assert claims.vit_data_verdict(0.05, 0.0, margin=0.1) == "not reproduced"
 

@@ -337,7 +337,7 @@ def digit_batches(images: Tensor, labels: Tensor, n_train: int, seed: int):
     n_train = check_positive_int("n_train", n_train)
     if n_train > len(labels):
         raise ValueError(f"n_train must be at most {len(labels)}, got {n_train}")
-    subset = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed + 1))
+    subset = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed + 1))  # (N,)
     x, y = images[subset[:n_train]].unsqueeze(1), labels[subset[:n_train]]  # (n, 1, 8, 8), (n,)
 
     def make_batch(batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -593,7 +593,7 @@ def window_of(token: tuple[int, int], grid: int, window_size: int) -> Tensor:
     """Bool ``(grid, grid)``: the regular ``window_size × window_size`` window holding
     ``token``."""
     r0, c0 = (t // window_size * window_size for t in token)
-    mask = torch.zeros(grid, grid, dtype=torch.bool)
+    mask = torch.zeros(grid, grid, dtype=torch.bool)  # (G, G)
     mask[r0 : r0 + window_size, c0 : c0 + window_size] = True
     return mask
 
@@ -733,8 +733,8 @@ def neighbour_copy_batch(
 ) -> tuple[Tensor, Tensor]:
     """``colours (B, grid, grid)`` random, and ``targets (B, grid, grid - 1)``: each cell's
     right neighbour's colour (the last column has none)."""
-    colours = torch.randint(0, n_colours, (batch_size, grid, grid), generator=generator)
-    return colours, colours[:, :, 1:]
+    colours = torch.randint(0, n_colours, (batch_size, grid, grid), generator=generator)  # (B,G,G)
+    return colours, colours[:, :, 1:]  # (B, G, G), (B, G, G-1)
 
 
 class SwinTokenClassifier(nn.Module):
@@ -1135,6 +1135,40 @@ for series_name in splits:
 for (series_name, name), lr in chosen_lr.items():
     vals = ", ".join(f"{g:g}: {tuning[series_name, name, g]:.4f}" for g in LR_GRID)
     print(f"{series_name:>16} {name:>11}: validation MSE by learning rate {vals} → {lr:g}")
+
+# %% [markdown]
+# What each forecaster computes, written out from its own parts and checked against its
+# output. Note the read-outs: the LSTM and the TCN forecast from their *last* state, the
+# Transformers from every token's output flattened into one vector (`Linear(36·32, 12)`), a
+# head that alone holds most of their parameters.
+
+# %%
+torch.manual_seed(0)
+test_windows = splits["synthetic"].test
+history, phase = test_windows.history[:4], test_windows.phase[:4]  # (4, L), (4, L)
+models = {name: build() for name, build in forecasters.items()}
+dl, lstm, tcn = models["DLinear"], models["LSTM"], models["TCN"]
+padded = F.pad(history[:, None], (6, 6), mode="replicate")  # (4, 1, L + 12): ends repeated
+trend = F.avg_pool1d(padded, 13, stride=1)[:, 0]  # (4, L): 13-month moving average
+by_hand = {"DLinear": dl.trend(trend) + dl.remainder(history - trend)}  # two linear maps
+states, _ = lstm.lstm(history.unsqueeze(-1))  # (4, L, 32): one state per month
+by_hand["LSTM"] = lstm.head(states[:, -1])  # the last state only
+x = tcn.input(history.unsqueeze(1))  # (4, C, L)
+for conv, d in zip(tcn.convs, tcn.dilations, strict=True):
+    x = x + torch.relu(conv(F.pad(x, (2 * d, 0))))  # (4, C, L): padded on the left, causal
+by_hand["TCN"] = tcn.head(x[:, :, -1])  # the last step only
+for name in ("Transformer", "+ time", "Informer-style"):
+    m = models[name]
+    tokens = m.value_embedding(history.unsqueeze(-1)) + m.position  # (4, L, D): month = token
+    if m.phase_embedding is not None:
+        tokens = tokens + m.phase_embedding(phase)  # (4, L, D): + the calendar month
+    by_hand[name] = m.head(m.encoder(tokens).flatten(1))  # (4, 12): every token, flattened
+for name, out in by_hand.items():
+    torch.testing.assert_close(out, models[name](history, phase))
+head_share = {n: models[n].head.weight.numel() / sum(p.numel() for p in models[n].parameters())
+              for n in ("LSTM", "TCN", "Transformer")}  # fmt: skip
+print("read-outs checked; the head's share of the parameters:",
+      ", ".join(f"{n} {v:.0%}" for n, v in head_share.items()))  # fmt: skip
 
 # %%
 forecast_runs = {}

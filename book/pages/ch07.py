@@ -41,7 +41,7 @@ def patchify(images: Tensor, patch_size: int) -> Tensor:
     x = x.permute(0, 2, 4, 1, 3, 5)  # (B, H/p, W/p, C, p, p): the patch grid first
     return x.reshape(b, (h // p) * (w // p), c * p * p)  # (B, N, C·p·p)
 
-# %% ../../chapters/07_variants_by_task.py #3e29aa2d8c9f
+# %% ../../chapters/07_variants_by_task.py #6f32f03b641f
 class SmallCNN(nn.Module):
     """LeNet-style, for 8 × 8 digits: two 3 × 3 convolutions with max-pooling (8 → 4 → 2),
     then a two-layer classifier. ``forward(images (B, 1, 8, 8)) -> logits (B, 10)``."""
@@ -68,7 +68,7 @@ def digit_batches(images: Tensor, labels: Tensor, n_train: int, seed: int):
     n_train = check_positive_int("n_train", n_train)
     if n_train > len(labels):
         raise ValueError(f"n_train must be at most {len(labels)}, got {n_train}")
-    subset = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed + 1))
+    subset = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed + 1))  # (N,)
     x, y = images[subset[:n_train]].unsqueeze(1), labels[subset[:n_train]]  # (n, 1, 8, 8), (n,)
 
     def make_batch(batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -77,7 +77,7 @@ def digit_batches(images: Tensor, labels: Tensor, n_train: int, seed: int):
 
     return make_batch
 
-# %% ../../chapters/07_variants_by_task.py #8ccfc31b087e
+# %% ../../chapters/07_variants_by_task.py #2065eeb4550e
 def swin_stack(
     num_blocks: int, *, shifted: bool, grid: int, window_size: int, d_model: int = 16,
     num_heads: int = 1,
@@ -119,18 +119,18 @@ def window_of(token: tuple[int, int], grid: int, window_size: int) -> Tensor:
     """Bool ``(grid, grid)``: the regular ``window_size × window_size`` window holding
     ``token``."""
     r0, c0 = (t // window_size * window_size for t in token)
-    mask = torch.zeros(grid, grid, dtype=torch.bool)
+    mask = torch.zeros(grid, grid, dtype=torch.bool)  # (G, G)
     mask[r0 : r0 + window_size, c0 : c0 + window_size] = True
     return mask
 
-# %% ../../chapters/07_variants_by_task.py #bfde3bf41f45
+# %% ../../chapters/07_variants_by_task.py #1fb9090593fc
 def neighbour_copy_batch(
     batch_size: int, grid: int, n_colours: int, generator: torch.Generator
 ) -> tuple[Tensor, Tensor]:
     """``colours (B, grid, grid)`` random, and ``targets (B, grid, grid - 1)``: each cell's
     right neighbour's colour (the last column has none)."""
-    colours = torch.randint(0, n_colours, (batch_size, grid, grid), generator=generator)
-    return colours, colours[:, :, 1:]
+    colours = torch.randint(0, n_colours, (batch_size, grid, grid), generator=generator)  # (B,G,G)
+    return colours, colours[:, :, 1:]  # (B, G, G), (B, G, G-1)
 
 
 class SwinTokenClassifier(nn.Module):

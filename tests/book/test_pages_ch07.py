@@ -331,3 +331,9 @@ def test_train_clip_is_reproducible():
     fixed = pages.train_clip((images, labels), (images, labels), seed=0, steps=2, batch_size=8,
                             logit_scale=1.0)  # fmt: skip
     assert fixed["final_scale"] == 1.0
+
+
+def test_by_class_lists_each_class_indices_in_order():
+    labels = torch.tensor([3, 0, 3, 1, 0, 3])
+    got = pages.by_class(labels, num_classes=4)
+    assert [g.tolist() for g in got] == [[1, 4], [3], [], [0, 2, 5]]

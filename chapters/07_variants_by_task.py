@@ -1218,8 +1218,6 @@ reference_line(axes[1], noise_floor, "noise floor (perfect forecast)", color="ta
 for ax in axes:
     ax.legend(loc="upper left", ncol=2, fontsize=8)
 fig.tight_layout()
-
-# %%
 mse_table = {series: {name: mse[series, name].values for name in forecasters} for series in splits}
 holds = {series: claims07.c26_claim_holds(mse_table[series]) for series in splits}
 print("C26 holds (LSTM or TCN as good as, or steadier than, the Transformer):", holds)

@@ -4,7 +4,7 @@
 __all__ = ['IMAGE_SIZE', 'PATCH_SIZE', 'CHANNELS', 'NUM_CLASSES', 'GRID', 'SEQ_LEN', 'D_MODEL', 'NUM_HEADS', 'NUM_LAYERS', 'D_FF',
            'POSITIONALS', 'ATTENTIONS', 'WINDOW', 'BLOCK', 'LEARNED_STD', 'TRAINING', 'attention_kernel',
            'allowed_pairs', 'PatchClassifier', 'draw_batches', 'EncoderFlops', 'encoder_flops_formula',
-           'crossover_length', 'pixel_baseline']
+           'crossover_length', 'pixel_baseline', 'cancer_records']
 
 # %% ../../chapters/10_application.py #92f43b500f25
 IMAGE_SIZE = 8  # scikit-learn's digits are 8 × 8 pixels
@@ -226,3 +226,31 @@ def pixel_baseline(
     return nn.Sequential(
         nn.Flatten(), nn.Linear(num_pixels, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
     )
+
+# %% ../../chapters/10_application.py #f2782b27b81d
+def cancer_records(*, test_fraction: float = 0.25, seed: int = 0):
+    """scikit-learn's breast-cancer records as sequences: ``((x_train, y_train), (x_test,
+    y_test))`` with ``x`` of shape ``(N, 3, 1, 10)`` float32 — channel = statistic (mean,
+    standard error, worst), position = measurement (radius, texture, …, in scikit-learn's
+    order) — standardised per feature with the training split's mean and standard deviation,
+    and ``y`` ``(N,)`` int64 (0 = malignant, 1 = benign). The split is a seeded permutation
+    within each class: the same seed gives the same split."""
+    from sklearn.datasets import load_breast_cancer  # reads a file inside the package
+
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    raw = load_breast_cancer()
+    x = torch.tensor(raw.data, dtype=torch.float32)  # (N, 30): 10 means, 10 errors, 10 worst
+    y = torch.tensor(raw.target, dtype=torch.int64)  # (N,)
+    generator = torch.Generator().manual_seed(seed)
+    train, test = [], []
+    for c in range(2):
+        idx = torch.nonzero(y == c).squeeze(1)
+        idx = idx[torch.randperm(len(idx), generator=generator)]
+        n_test = round(len(idx) * test_fraction)
+        test.append(idx[:n_test])
+        train.append(idx[n_test:])
+    train, test = torch.cat(train).sort().values, torch.cat(test).sort().values
+    mean, std = x[train].mean(dim=0), x[train].std(dim=0)  # (30,) each
+    x = ((x - mean) / std).reshape(-1, 3, 1, 10)  # (N, 3, 1, 10)
+    return (x[train], y[train]), (x[test], y[test])

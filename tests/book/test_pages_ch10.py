@@ -29,6 +29,7 @@ from book.pages.ch10 import (
     PatchClassifier,
     allowed_pairs,
     attention_kernel,
+    cancer_records,
     crossover_length,
     draw_batches,
     encoder_flops_formula,
@@ -328,3 +329,57 @@ def test_the_formula_against_a_hand_count():
     assert EncoderFlops(4, 10, 5).share == 0.5
     with pytest.raises(ValueError, match="seq_len"):
         encoder_flops_formula(0)
+
+
+# --- a second data set: records read as sequences --------------------------------------------
+
+
+def test_cancer_records_are_the_bundled_records_standardised_and_split_per_class():
+    from sklearn.datasets import load_breast_cancer
+
+    (x_train, y_train), (x_test, y_test) = cancer_records()
+    raw = load_breast_cancer()
+    data = torch.tensor(raw.data, dtype=torch.float64)  # (N, 30)
+    labels = torch.tensor(raw.target)
+    assert x_train.shape[1:] == x_test.shape[1:] == (3, 1, 10) and x_train.dtype == torch.float32
+    assert len(x_train) + len(x_test) == len(labels)
+    for c in (0, 1):  # per class, a quarter in the test split
+        n = int((labels == c).sum())
+        assert int((y_test == c).sum()) == round(n * 0.25)
+        assert int((y_train == c).sum()) == n - round(n * 0.25)
+    # channel = statistic, position = measurement: the layout of scikit-learn's 30 columns
+    names = raw.feature_names.reshape(3, 10)
+    assert (names[0, 0], names[1, 1], names[2, 3]) == ("mean radius", "texture error", "worst area")
+    # Each feature is an increasing affine map of the raw column: recover it from the sorted
+    # values, undo it, and find every record among the bundled ones, with its label.
+    mine = torch.cat([x_train, x_test]).reshape(-1, 30).double()  # (N, 30)
+    z, r = mine.sort(dim=0).values, data.sort(dim=0).values
+    scale = (r[-1] - r[0]) / (z[-1] - z[0])  # (30,)
+    shift = r[0] - z[0] * scale
+    torch.testing.assert_close(z * scale + shift, r, atol=1e-3 * r.abs().max(), rtol=1e-4)
+    undone = mine * scale + shift  # (N, 30): raw values again
+    distance = torch.cdist(undone / data.std(dim=0), data / data.std(dim=0))  # (N, N)
+    row = distance.argmin(dim=1)
+    assert distance.min(dim=1).values.max() < 1e-3 and len(set(row.tolist())) == len(row)
+    assert torch.equal(labels[row], torch.cat([y_train, y_test]))
+    # the map is the training split's standardisation: its mean and standard deviation
+    train_rows = data[row[: len(x_train)]]
+    torch.testing.assert_close(shift, train_rows.mean(dim=0), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(scale, train_rows.std(dim=0), rtol=1e-4, atol=1e-6)
+    # seeded: the same seed, the same split; another seed, another
+    assert torch.equal(x_train, cancer_records(seed=0)[0][0])
+    assert not torch.equal(x_train, cancer_records(seed=1)[0][0])
+    with pytest.raises(ValueError, match="test_fraction"):
+        cancer_records(test_fraction=1.0)
+
+
+def test_the_classifier_reads_a_record_as_ten_tokens_of_three_channels():
+    (x_train, y_train), _ = cancer_records()
+    torch.manual_seed(0)
+    model = PatchClassifier(2, (1, 10), 1, 3)
+    assert model.patches(x_train[:4]).shape == (4, 10, D_MODEL)
+    assert model(x_train[:4]).shape == (4, 2)
+    # token m is one linear map of the three statistics of measurement m
+    weight = model.patches.proj.weight[:, :, 0, 0]  # (D, 3)
+    expected = x_train[:4, :, 0, :].transpose(1, 2) @ weight.T + model.patches.proj.bias
+    torch.testing.assert_close(model.patches(x_train[:4]), expected, rtol=1e-5, atol=1e-5)

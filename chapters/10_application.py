@@ -183,14 +183,10 @@ print(f"largest difference from nn.TransformerEncoder: {gap:.1e}")
 assert gap < 1e-5
 
 # %% [markdown]
-# The classifier has two parts that the chapter will swap, so they are options. The
-# **positions**: none (a bag of patches), sinusoidal or learned vectors added to the tokens
-# (the learned table starts at the scale of the tokens, standard deviation 1, as
-# `SequenceClassifier`'s), RoPE (rotates queries and keys inside every layer) or ALiBi (a
-# bias $-m_h |i-j|$ on the scores). The **attention**: full, or one of three cheaper kinds from
-# chapter 5, each given to the encoder as its `attn_fn` — a sliding window of ±`window` tokens
-# (one grid row: the patch above and the one below are in reach), elu+1 linear attention, or
-# BigBird blocks. `allowed_pairs` is the mask a kind amounts to (`True` = may attend).
+# The classifier has two parts that the chapter will swap, so they are options: the
+# **positions** (section 10.3) and the **attention** (section 10.4), each kind of attention
+# given to the encoder as its `attn_fn`. `allowed_pairs` is the mask a kind amounts to
+# (`True` = may attend).
 
 # %%
 #| export
@@ -256,26 +252,11 @@ from attention.vision import PatchEmbedding
 
 class PatchClassifier(nn.Module):
     """Images ``(B, C, H, W)`` (or ``(B, H, W)`` when ``channels == 1``) → logits
-    ``(B, num_classes)``, by a Transformer encoder over patch tokens.
-
-    ``patches`` cuts each image into ``patch_size × patch_size`` patches, read left to right
-    and top to bottom, and embeds each linearly; ``pos`` adds a sinusoidal or learned position
-    code (``"rope"`` rotates queries and keys inside every layer instead; ``"alibi"`` adds
-    ``-slope_h · |i - j|`` to the scores of head ``h``; ``"none"`` leaves the model blind to
-    where a patch is); ``encoder`` is a pre-LN :class:`attention.blocks.Encoder`; the head
-    reads the mean over the tokens.
-
-    Args:
-        num_classes, image_size (``int`` or ``(H, W)``), patch_size, channels: the task's sizes
-            (defaults: the digits').
-        positional: one of :data:`POSITIONALS`.
-        attention: one of :data:`ATTENTIONS`; the window reaches one row of the patch grid
-            each way.
-        dense: compute the window and block-sparse kinds as full attention with their mask
-            (``True`` = may attend; the same function, checked in the chapter, and faster than
-            the kernels on short inputs). ``False`` uses the kernels.
-        learned_std: initial scale of the learned position table.
-    """
+    ``(B, num_classes)``: patch tokens ``(B, L, D)`` in reading order, positions (one of
+    :data:`POSITIONALS`), a pre-LN encoder whose attention is one of :data:`ATTENTIONS`, the
+    mean over the tokens, a linear head. ``dense=True`` computes the window and block-sparse
+    kinds as full attention with their bool mask (``True`` = may attend; the same function,
+    faster than their kernels on short inputs); ``False`` runs the kernels."""
 
     def __init__(
         self,
@@ -402,7 +383,7 @@ print(f"{TRAINING}, seeds {SEEDS}; threshold {WORKING_ACCURACY} for every seed; 
       f"{(6 + 3) * len(SEEDS)} encoder trainings in this chapter")
 capstone_runs = [
     train_classifier(PatchClassifier, batches, seed=seed, test=test_set, **TRAINING)
-    for seed in progress(SEEDS, desc="capstone")
+    for seed in progress(SEEDS, desc="capstone", leave=False)
 ]
 
 # %% tags=["nbval-check-output"] tolerance="trained"

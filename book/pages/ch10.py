@@ -54,7 +54,7 @@ def allowed_pairs(attention: str, seq_len: int = SEQ_LEN, *, window: int = WINDO
         return torch.ones(seq_len, seq_len, dtype=torch.bool)  # (L, L)
     return attention_kernel(attention, window=window).allowed(seq_len)  # (L, L)
 
-# %% ../../chapters/10_application.py #20ccb49d5cf6
+# %% ../../chapters/10_application.py #53aefda69be8
 from torch import nn
 
 from attention.blocks import Encoder
@@ -70,26 +70,11 @@ from attention.vision import PatchEmbedding
 
 class PatchClassifier(nn.Module):
     """Images ``(B, C, H, W)`` (or ``(B, H, W)`` when ``channels == 1``) → logits
-    ``(B, num_classes)``, by a Transformer encoder over patch tokens.
-
-    ``patches`` cuts each image into ``patch_size × patch_size`` patches, read left to right
-    and top to bottom, and embeds each linearly; ``pos`` adds a sinusoidal or learned position
-    code (``"rope"`` rotates queries and keys inside every layer instead; ``"alibi"`` adds
-    ``-slope_h · |i - j|`` to the scores of head ``h``; ``"none"`` leaves the model blind to
-    where a patch is); ``encoder`` is a pre-LN :class:`attention.blocks.Encoder`; the head
-    reads the mean over the tokens.
-
-    Args:
-        num_classes, image_size (``int`` or ``(H, W)``), patch_size, channels: the task's sizes
-            (defaults: the digits').
-        positional: one of :data:`POSITIONALS`.
-        attention: one of :data:`ATTENTIONS`; the window reaches one row of the patch grid
-            each way.
-        dense: compute the window and block-sparse kinds as full attention with their mask
-            (``True`` = may attend; the same function, checked in the chapter, and faster than
-            the kernels on short inputs). ``False`` uses the kernels.
-        learned_std: initial scale of the learned position table.
-    """
+    ``(B, num_classes)``: patch tokens ``(B, L, D)`` in reading order, positions (one of
+    :data:`POSITIONALS`), a pre-LN encoder whose attention is one of :data:`ATTENTIONS`, the
+    mean over the tokens, a linear head. ``dense=True`` computes the window and block-sparse
+    kinds as full attention with their bool mask (``True`` = may attend; the same function,
+    faster than their kernels on short inputs); ``False`` runs the kernels."""
 
     def __init__(
         self,

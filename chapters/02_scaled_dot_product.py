@@ -37,31 +37,22 @@
 # - judge, from an experiment you ran, how much the $1/\sqrt{d_k}$ scale matters in training.
 
 # %%
-import math
-
+#| default_exp ch02
 import matplotlib.pyplot as plt
-import torch
-import torch.nn.functional as F
 
-from attention.functional import scaled_dot_product_attention
 from book.claims import claims_table, record_claim
-from book.diagrams.ch02 import five_steps
-from book.experiments.ch02 import (
-    RetrievalModel,
+from book.claims.ch02 import (
     assert_c7_plateau,
     c5_verdict,
     c6_evidence,
     c6_verdict,
     c7_verdict,
-    dot_product_scores,
     s21_verdict,
     saturation_by_width,
-    saturation_stats,
     shared_qk_evidence,
-    softmax_jacobian,
-    train_retrieval,
     variance_table,
 )
+from book.diagrams.ch02 import five_steps
 from book.experiments.seeds import make_deterministic
 from book.experiments.training import first_step_below, moving_average
 from book.plotting import plot_attention, plot_lines, reference_line, set_style
@@ -71,6 +62,29 @@ from measure.timing import min_seconds
 
 set_style()
 make_deterministic(0)
+
+# %% [markdown]
+# The models, tasks and measurements of this chapter are defined on the page, in cells that
+# start with `#| export`: `make export` copies them to `book.pages.ch02`, where the claims
+# module (`book.claims.ch02`: thresholds, verdicts, seed loops), the tests and later chapters
+# import them. They use:
+
+# %%
+#| export
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attention.checks import check_choice, check_positive_int, check_tensor
+from attention.functional import safe_softmax, scaled_dot_product_attention
+from attention.normalizers import NORMALIZERS, normalized_attention
+from book.experiments.training import fit
+
+Tensor = torch.Tensor
 
 # %% [markdown]
 # ## 2.1 A dictionary you can half-match
@@ -200,11 +214,44 @@ fig.tight_layout()
 # largest score tends to sit (the two *the* tokens, having identical embeddings, score each
 # other exactly as high as themselves); the right one has neither property. One sentence is
 # an anecdote, so we measure over 500 random "sentences" of 10 tokens, each with its own
-# token vectors and projections (`shared_qk_evidence`): how often is a token's highest score
-# the one with itself, and are the scores symmetric? The claim's thresholds, fixed before the
-# run, are named constants beside `s21_verdict` in `book.experiments.ch02`: symmetric up to
-# rounding, the token itself on top in most rows with one projection, and not much more
-# often than chance with two.
+# token vectors and projections: how often is a token's highest score the one with itself,
+# and are the scores symmetric? The claim's thresholds, fixed before the run, are named
+# constants beside `s21_verdict` in `book.claims.ch02`: symmetric up to rounding, the token
+# itself on top in most rows with one projection, and not much more often than chance with
+# two.
+
+
+# %%
+#| export
+def shared_qk_scores(
+    n_sentences: int,
+    *,
+    shared: bool,
+    seq_len: int = 10,
+    d_model: int = 16,
+    d_k: int = 8,
+    seed: int = 1,
+) -> Tensor:
+    """Scores ``(x W_Q)(x W_K)ᵀ`` ``(S, L, L)`` of ``S = n_sentences`` random sentences.
+
+    Each sentence has its own unit-variance tokens ``x`` ``(L, d_model)`` and projections (std
+    ``1/sqrt(d_model)``); ``shared=True`` uses ``W_K = W_Q``. Drawn in the order ``x``,
+    ``W_Q``, ``W_K`` from a generator seeded with ``seed``: one seed gives the shared and
+    separate settings the same ``x`` and ``W_Q``.
+    """
+    n_sentences = check_positive_int("n_sentences", n_sentences)
+    seq_len = check_positive_int("seq_len", seq_len)
+    d_model = check_positive_int("d_model", d_model)
+    d_k = check_positive_int("d_k", d_k)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n_sentences, seq_len, d_model, generator=g)  # (S, L, D)
+    w_q = torch.randn(n_sentences, d_model, d_k, generator=g) / math.sqrt(d_model)  # (S, D, d_k)
+    if shared:
+        w_k = w_q
+    else:
+        w_k = torch.randn(n_sentences, d_model, d_k, generator=g) / math.sqrt(d_model)
+    return (x @ w_q) @ (x @ w_k).transpose(-2, -1)  # (S, L, L)
+
 
 # %%
 shared_qk = shared_qk_evidence(500, seq_len=len(tokens), d_model=d_model, d_k=d_k, seed=1)
@@ -338,6 +385,28 @@ _ = plot_attention(
 # rows (0 and 4): identical, because the two tokens have identical embeddings — attention
 # alone is blind to order, which is the subject of chapter 4.
 #
+# ### Keys a query may not see: masks
+#
+# Often some keys must be hidden from some queries: the padding after a short sentence in a
+# batch, or, in a decoder (chapter 3), every later token. The book writes this as a boolean
+# **mask** broadcastable to `(B, H, Lq, Lk)`, `True` = *may attend*. It acts between steps 3
+# and 4: a hidden score becomes $-\infty$, so $e^{-\infty} = 0$ and the softmax shares the
+# row's weight among the allowed keys only. A row with no allowed key at all would be
+# $0/0$ = NaN; the package returns zeros for it (the query attends to nothing). Exercises 02.1
+# and 02.3 ask you to build both.
+
+# %%
+allowed = torch.ones(10, 10, dtype=torch.bool)  # (L, L), True = may attend
+allowed[:, 7:] = False  # hide "it was tired" from every query ...
+allowed[9] = False  # ... and give the query "tired" no key at all
+A_masked = torch.softmax(S_scaled.masked_fill(~allowed, float("-inf")), dim=-1)  # (L, L)
+assert (A_masked[:9, 7:] == 0).all() and torch.allclose(A_masked[:9].sum(-1), torch.ones(9))
+assert A_masked[9].isnan().all()  # the textbook formula on an empty row: 0/0
+z_masked = scaled_dot_product_attention(q4, k4, v4, allowed[None, None])  # (1, 1, L, d_v)
+torch.testing.assert_close(z_masked[0, 0, :9], A_masked[:9] @ V)
+assert torch.equal(z_masked[0, 0, 9], torch.zeros(d_v))  # the package: zeros, not NaN
+
+# %% [markdown]
 # ### No loop over time
 #
 # Nothing in the five steps loops over positions: every row of $A$ and $Z$ is computed by
@@ -391,12 +460,92 @@ print(f"L = 512: loop over queries {t_loop * 1e3:.1f} ms, matrix form {t_matrix 
 # independent components will do, so we test three distributions. The verdict
 # (`c5_verdict`) asks, of every distribution and width, that the measured variance be within
 # 5 % of $d_k$ and the mean within four standard errors of 0 (its thresholds are named
-# constants beside it in `book.experiments.ch02`).
+# constants beside it in `book.claims.ch02`).
+
+# %%
+#| export
+DISTRIBUTIONS = ("normal", "uniform", "rademacher", "exponential")
+
+
+def unit_variance_samples(
+    shape: tuple[int, ...],
+    distribution: str = "normal",
+    *,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """i.i.d. float32 samples of ``shape`` with mean 0 and variance 1: ``"normal"`` N(0, 1);
+    ``"uniform"`` U(−√3, √3); ``"rademacher"`` ±1; ``"exponential"`` Exp(1) − 1 (skewed and
+    heavy-tailed, a sceptic's case)."""
+    check_choice("distribution", distribution, DISTRIBUTIONS)
+    if distribution == "normal":
+        return torch.randn(shape, generator=generator)
+    if distribution == "uniform":
+        return (torch.rand(shape, generator=generator) * 2.0 - 1.0) * math.sqrt(3.0)
+    if distribution == "exponential":
+        return torch.empty(shape).exponential_(generator=generator) - 1.0
+    return torch.randint(0, 2, shape, generator=generator).float() * 2.0 - 1.0
+
+
+@dataclass(frozen=True)
+class DotProductStats:
+    """Sample statistics of ``s = q · k`` over ``n_samples`` independent pairs."""
+
+    d_k: int
+    n_samples: int
+    mean: float
+    var: float  # of q · k; the theory says d_k
+    scaled_var: float  # of q · k / sqrt(d_k); the theory says 1
+
+
+def dot_product_stats(
+    d_k: int,
+    n_samples: int = 20_000,
+    *,
+    distribution: str = "normal",
+    generator: torch.Generator | None = None,
+    chunk: int = 4096,
+) -> DotProductStats:
+    """Mean and variance of ``q · k`` (and of ``q · k / sqrt(d_k)``) for random ``(d_k,)``
+    vectors ``q, k`` with i.i.d. unit-variance components, ``chunk`` pairs at a time (memory
+    stays small at large ``d_k``), accumulated in float64."""
+    d_k = check_positive_int("d_k", d_k)
+    n_samples = check_positive_int("n_samples", n_samples)
+    chunk = check_positive_int("chunk", chunk)
+    if n_samples < 2:
+        raise ValueError(f"n_samples must be >= 2 to estimate a variance, got {n_samples}")
+    parts = []
+    for start in range(0, n_samples, chunk):
+        n = min(chunk, n_samples - start)
+        q = unit_variance_samples((n, d_k), distribution, generator=generator)  # (n, d_k)
+        k = unit_variance_samples((n, d_k), distribution, generator=generator)  # (n, d_k)
+        parts.append((q.double() * k.double()).sum(-1))  # (n,)
+    s = torch.cat(parts)  # (n_samples,)
+    scaled = s / math.sqrt(d_k)  # (n_samples,)
+    return DotProductStats(d_k, n_samples, float(s.mean()), float(s.var()), float(scaled.var()))
+
+
+def dot_product_scores(
+    n_rows: int, n_keys: int, d_k: int, *, scaled: bool, generator: torch.Generator | None = None
+) -> Tensor:
+    """Scores ``q · k_j`` (divided by ``sqrt(d_k)`` if ``scaled``) of random unit-variance
+    vectors, one query per row against its own ``n_keys`` keys: ``(n_rows, n_keys)``."""
+    n_rows = check_positive_int("n_rows", n_rows)
+    n_keys = check_positive_int("n_keys", n_keys)
+    d_k = check_positive_int("d_k", d_k)
+    q = torch.randn(n_rows, 1, d_k, generator=generator)  # (R, 1, d_k)
+    k = torch.randn(n_rows, n_keys, d_k, generator=generator)  # (R, n, d_k)
+    scores = (q @ k.transpose(-2, -1)).squeeze(1)  # (R, n)
+    return scores / math.sqrt(d_k) if scaled else scores
+
+
+# %% [markdown]
+# `variance_table` (in the claims module) calls `dot_product_stats` for every distribution
+# and width, each from its own generator seeded with $d_k$.
 
 # %%
 D_KS = (16, 64, 256, 1024)
-DISTRIBUTIONS = ("normal", "uniform", "rademacher")
-variance_stats = variance_table(D_KS, DISTRIBUTIONS, 20_000)  # (distribution, d_k) -> stats
+SHOWN = ("normal", "uniform", "rademacher")  # the distributions of the table
+variance_stats = variance_table(D_KS, SHOWN, 20_000)  # (distribution, d_k) -> stats
 
 # %% tags=["nbval-check-output"]
 print(f"{'distribution':>12} {'d_k':>5} {'Var(q·k)':>9} {'Var/d_k':>8} {'Var(q·k/√d_k)':>14}")
@@ -519,6 +668,19 @@ assert 0.08 < ratio_default < 0.14
 # the formula against autograd, then measure $\lVert J\rVert_F$ as the spread of the scores
 # grows.
 
+
+# %%
+#| export
+def softmax_jacobian(weights: Tensor) -> Tensor:
+    """Jacobian of softmax where its output is ``weights`` ``(..., n)`` (rows summing to 1):
+    ``diag(p) − p pᵀ``, ``(..., n, n)`` with ``[i, j] = ∂p_i / ∂s_j = p_i (δ_ij − p_j)``."""
+    check_tensor("weights", weights)
+    if weights.dim() < 1:
+        raise ValueError("weights must have at least 1 dimension (..., n), got a scalar")
+    outer = weights.unsqueeze(-1) * weights.unsqueeze(-2)  # (..., n, n)
+    return torch.diag_embed(weights) - outer  # (..., n, n)
+
+
 # %%
 s_check = torch.randn(6, dtype=torch.float64, generator=torch.Generator().manual_seed(4))  # (n,)
 jac_autograd = torch.autograd.functional.jacobian(lambda s: torch.softmax(s, -1), s_check)
@@ -534,6 +696,45 @@ print(
 # 0.25 to 64, 2,000 rows per setting. Without the scale, a width $d_k$ gives standard
 # deviation $\sqrt{d_k}$ (C5); with it, 1. We report the mean **and the median** of the
 # Jacobian norm over rows — the reason will be visible in the plot.
+
+
+# %%
+#| export
+@dataclass(frozen=True)
+class Saturation:
+    """How saturated a softmax is, averaged over rows of scores."""
+
+    score_std: float  # std of all the scores fed in
+    max_weight: float  # mean over rows of the largest weight (1/n uniform ... 1 one-hot)
+    entropy: float  # mean entropy of a row in nats (log n uniform ... 0 one-hot)
+    jacobian_mean: float  # mean over rows of the Frobenius norm of the softmax Jacobian
+    jacobian_median: float  # its median: the typical row
+
+
+def saturation_stats(scores: Tensor) -> Saturation:
+    """Softmax saturation statistics of rows of scores ``(R, n)`` (softmax over the last dim),
+    in float64."""
+    check_tensor("scores", scores)
+    if scores.dim() != 2:
+        raise ValueError(
+            f"scores must have 2 dimensions (rows, n_keys), got shape {tuple(scores.shape)}"
+        )
+    s = scores.double()  # (R, n)
+    p = safe_softmax(s, dim=-1)  # (R, n)
+    # 0 * log 0 = 0: clamp only inside the log so that exact zeros contribute nothing.
+    entropy = -(p * p.clamp_min(1e-300).log()).sum(-1)  # (R,)
+    # 64 rows at a time: the Jacobians of all rows at once take R n² numbers.
+    jac_norm = torch.cat(
+        [softmax_jacobian(rows).flatten(-2).norm(dim=-1) for rows in p.split(64)]
+    )  # (R,)
+    return Saturation(
+        score_std=float(s.std()),
+        max_weight=float(p.amax(-1).mean()),
+        entropy=float(entropy.mean()),
+        jacobian_mean=float(jac_norm.mean()),
+        jacobian_median=float(jac_norm.median()),
+    )
+
 
 # %%
 N_KEYS = 64
@@ -586,7 +787,7 @@ fig.tight_layout()
 #
 # The same measurement with scores that really are dot products of random vectors, at the
 # four widths of C5, unscaled and scaled. The verdict (`c6_verdict`, thresholds named beside
-# it in `book.experiments.ch02`) is judged at the widest head and splits the claim in its
+# it in `book.claims.ch02`) is judged at the widest head and splits the claim in its
 # parts: the unscaled softmax is near one-hot; the typical row's Jacobian (the median) is
 # under a hundredth of the scaled one; with the scale the scores have unit spread and the
 # same softmax at every width. For the whole claim the *average* Jacobian over rows, which is
@@ -665,26 +866,290 @@ print(sweep_summary("C6"))
 # hundred steps, while the scaled model learns normally. To test it we need a task on which
 # attention *must* pick the right key. A key–value retrieval task does that: each example is a
 # little dictionary of 8 (key, value) pairs (keys distinct, out of 64; values out of 64),
-# followed by one of its keys as the query; the answer is the value stored under it.
-#
-# The model is a single attention head (`RetrievalModel`): each pair becomes one token
+# followed by one of its keys as the query; the answer is the value stored under it. Without
+# matching the query to the right key, a model can do no better than guess among the row's
+# values. (This cell and the model below are exported to `book.pages.ch02`; chapter 9 reuses
+# both.)
+
+
+# %%
+#| export
+class RetrievalBatch(NamedTuple):
+    """``N = n_pairs`` (key, value) pairs per example and a query key; the answer is its value.
+    A tuple, so ``keys, values, query, target = batch`` works too."""
+
+    keys: Tensor  # (B, N) int64, distinct within a row
+    values: Tensor  # (B, N) int64
+    query: Tensor  # (B,) int64, one of the row's keys
+    target: Tensor  # (B,) int64, the value stored under the query key
+
+
+def retrieval_batch(
+    batch_size: int,
+    n_pairs: int,
+    n_keys: int,
+    n_values: int,
+    *,
+    generator: torch.Generator | None = None,
+) -> RetrievalBatch:
+    """A batch of the retrieval task: ``n_pairs`` distinct keys from ``range(n_keys)`` per row,
+    each with a value drawn uniformly from ``range(n_values)``; the query is one of the row's
+    keys chosen uniformly, the target the value stored under it. Drawn from ``generator`` in
+    the order keys, values, query."""
+    batch_size = check_positive_int("batch_size", batch_size)
+    n_pairs = check_positive_int("n_pairs", n_pairs)
+    n_keys = check_positive_int("n_keys", n_keys)
+    n_values = check_positive_int("n_values", n_values)
+    if n_pairs > n_keys:
+        raise ValueError(f"n_pairs must be <= n_keys={n_keys} (keys are distinct), got {n_pairs}")
+    # A random permutation per row, truncated: distinct keys without a Python loop.
+    keys = torch.rand(batch_size, n_keys, generator=generator).argsort(-1)[:, :n_pairs]  # (B, N)
+    values = torch.randint(n_values, (batch_size, n_pairs), generator=generator)  # (B, N)
+    pick = torch.randint(n_pairs, (batch_size, 1), generator=generator)  # (B, 1)
+    query = keys.gather(1, pick).squeeze(1)  # (B,)
+    target = values.gather(1, pick).squeeze(1)  # (B,)
+    return RetrievalBatch(keys=keys, values=values, query=query, target=target)
+
+
+# %% [markdown]
+# The model is a single attention head. Each pair becomes one token
 # $\mathrm{LayerNorm}(E_\text{key}[k_i] + E_\text{val}[v_i])$, the query key is embedded with
 # the same key table, $W_Q$ and $W_K$ map width 64 to $d_k = 512$, and a linear layer reads
 # the attended value out as logits over the 64 values. $W_Q$, $W_K$ are initialised with std
-# $1/\sqrt{64}$, so $q$ and $k$ start with unit-variance components — the premise of C5. The
-# two runs share the seed, hence the initial weights and the batches (64 examples per step,
-# Adam, learning rate $10^{-3}$, 400 steps); only the scale differs.
-#
-# Two reference levels help read the losses: $\ln 64 \approx 4.16$ (guessing among all
-# values) and $\ln 8 \approx 2.08$ (guessing among the eight values present: roughly the best
-# a model can do without matching the query to the right key).
+# $1/\sqrt{64}$, so $q$ and $k$ start with unit-variance components — the premise of C5.
+# `scaled=False` multiplies the scores by 1 instead of $1/\sqrt{d_k}$ and changes nothing
+# else, not even the order in which parameters are drawn: one seed gives both models the
+# same initial weights. (The `normalizer` knob, for chapter 9, swaps the softmax for another
+# normaliser of `attention.normalizers`.)
 
 # %%
-# The model trained below, printed (train_retrieval builds exactly this, once per run):
+#| export
+QK_INITS = ("normal", "torch")  # W_Q, W_K: std 1/sqrt(d_model), or nn.Linear's default
+
+
+class RetrievalModel(nn.Module):
+    """One attention head over ``N`` (key, value) pair tokens, queried by a key (see above).
+
+    keys, values ``(B, N)`` and query ``(B,)``, int64 → logits ``(B, n_values)``, and with
+    ``need_weights`` the weights ``(B, N)`` (no mask: every pair may be attended to).
+    ``qk_init``: ``"normal"`` (std ``1/sqrt(d_model)``) or ``"torch"`` (``nn.Linear``'s).
+    ``normalizer``: one of ``attention.normalizers.NORMALIZERS``; ``"softmax"`` runs
+    ``scaled_dot_product_attention``, the others ``normalized_attention``, and ``score_bias``
+    is for ``"sigmoid"`` only (``None``: ``−log N``).
+    """
+
+    def __init__(
+        self,
+        n_keys: int,
+        n_values: int,
+        d_model: int,
+        d_k: int,
+        *,
+        scaled: bool = True,
+        qk_init: str = "normal",
+        normalizer: str = "softmax",
+        score_bias: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.d_model = check_positive_int("d_model", d_model)
+        self.d_k = check_positive_int("d_k", d_k)
+        self.normalizer = check_choice("normalizer", normalizer, NORMALIZERS)
+        if score_bias is not None and normalizer != "sigmoid":
+            raise ValueError(
+                f"score_bias is only used by normalizer='sigmoid', got score_bias={score_bias!r} "
+                f"with normalizer={normalizer!r}"
+            )
+        self.score_bias = score_bias
+        self.key_embedding = nn.Embedding(check_positive_int("n_keys", n_keys), d_model)
+        self.value_embedding = nn.Embedding(check_positive_int("n_values", n_values), d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.w_q = nn.Linear(d_model, d_k, bias=False)
+        self.w_k = nn.Linear(d_model, d_k, bias=False)
+        self.w_v = nn.Linear(d_model, d_model, bias=False)
+        self.readout = nn.Linear(d_model, n_values)
+        if check_choice("qk_init", qk_init, QK_INITS) == "normal":
+            for proj in (self.w_q, self.w_k):
+                nn.init.normal_(proj.weight, std=1.0 / math.sqrt(d_model))
+        self.scaled = bool(scaled)
+        self.scale = 1.0 / math.sqrt(d_k) if scaled else 1.0
+
+    def project(self, keys: Tensor, values: Tensor, query: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """keys, values ``(B, N)`` and query ``(B,)`` (int64) → ``q (B, 1, 1, d_k)``,
+        ``k (B, 1, N, d_k)``, ``v (B, 1, N, d_model)``: one head, one query."""
+        for name, t in (("keys", keys), ("values", values)):
+            check_tensor(name, t)
+            if t.dim() != 2:
+                raise ValueError(f"{name} must have shape (B, N), got {tuple(t.shape)}")
+        check_tensor("query", query)
+        if keys.shape != values.shape or query.shape != keys.shape[:1]:
+            raise ValueError(
+                f"expected keys (B, N), values (B, N) and query (B,), got {tuple(keys.shape)}, "
+                f"{tuple(values.shape)} and {tuple(query.shape)}"
+            )
+        x = self.norm(self.key_embedding(keys) + self.value_embedding(values))  # (B, N, D)
+        x_q = self.norm(self.key_embedding(query))  # (B, D)
+        q = self.w_q(x_q)[:, None, None, :]  # (B, 1, 1, d_k)
+        k = self.w_k(x)[:, None]  # (B, 1, N, d_k)
+        v = self.w_v(x)[:, None]  # (B, 1, N, D)
+        return q, k, v
+
+    def forward(
+        self, keys: Tensor, values: Tensor, query: Tensor, *, need_weights: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Logits ``(B, n_values)``; with ``need_weights`` also the weights ``(B, N)``."""
+        q, k, v = self.project(keys, values, query)
+        if self.normalizer == "softmax":
+            out, weights = scaled_dot_product_attention(
+                q, k, v, scale=self.scale, need_weights=True
+            )  # (B, 1, 1, D), (B, 1, 1, N)
+        else:
+            out, weights = normalized_attention(
+                q, k, v, normalizer=self.normalizer, score_bias=self.score_bias,
+                scale=self.scale, need_weights=True,
+            )  # (B, 1, 1, D), (B, 1, 1, N)  # fmt: skip
+        logits = self.readout(out[:, 0, 0])  # (B, n_values)
+        return (logits, weights[:, 0, 0]) if need_weights else logits
+
+
+# %%
+# The model trained below, printed (each run below builds one like it):
 with torch.random.fork_rng():  # leaves the global random state as it was
     retrieval_model = RetrievalModel(64, 64, 64, 512, scaled=True)  # keys, values, d_model, d_k
 print(retrieval_model)
 print(f"parameters: {sum(p.numel() for p in retrieval_model.parameters()):,}")
+
+# %% [markdown]
+# Before its first step, each run records on a held-out batch how the untrained model attends
+# and where the gradient of the loss goes; we will need this to explain the result. The
+# scores are materialised so that their gradient can be read.
+
+
+# %%
+#| export
+@dataclass(frozen=True)
+class GradientSnapshot:
+    """Where the gradient of the loss goes, on one batch, at the current parameters."""
+
+    score_grad_mean: float  # mean over examples of |∂loss_b / ∂scores_b|
+    score_grad_median: float  # the same, median: the typical example
+    top_decile_share: float  # share of Σ_b |∂loss_b / ∂scores_b|² carried by the top 10 %
+    w_q_grad_norm: float  # |∂loss / ∂W_Q| (Frobenius), the batch-mean loss
+
+
+def gradient_snapshot(model: RetrievalModel, batch: RetrievalBatch) -> GradientSnapshot:
+    """Backpropagate the mean cross-entropy of a softmax ``model`` on ``batch`` once (the same
+    logits as ``model(...)``) and measure the gradients; clears the ``.grad`` fields after."""
+    model.zero_grad(set_to_none=True)
+    q, k, v = model.project(batch.keys, batch.values, batch.query)
+    scores = (q @ k.transpose(-2, -1)) * model.scale  # (B, 1, 1, N)
+    scores.retain_grad()
+    weights = safe_softmax(scores, dim=-1)  # (B, 1, 1, N)
+    logits = model.readout((weights @ v)[:, 0, 0])  # (B, n_values)
+    F.cross_entropy(logits, batch.target).backward()
+    n = scores.shape[0]
+    # The loss is a mean over the batch: n * grad is each example's own gradient.
+    per_example = (scores.grad * n).flatten(1).norm(dim=-1)  # (B,)
+    squared = per_example.double().pow(2).sort(descending=True).values  # (B,)
+    top = max(1, n // 10)
+    share = float(squared[:top].sum() / squared.sum()) if squared.sum() > 0 else float("nan")
+    snapshot = GradientSnapshot(
+        score_grad_mean=float(per_example.mean()),
+        score_grad_median=float(per_example.median()),
+        top_decile_share=share,
+        w_q_grad_norm=float(model.w_q.weight.grad.norm()),
+    )
+    model.zero_grad(set_to_none=True)
+    return snapshot
+
+
+# %% [markdown]
+# The training step is the book's loop `fit` (Adam, one fresh batch per step) with the loss
+# written out: the cross-entropy of the logits against the stored value. The parameters come
+# from `torch.manual_seed(seed)`, the batches from a generator seeded with `seed + 1`, the
+# held-out batch from `seed + 2`: two runs that differ only in `scaled` start from the same
+# weights and see the same examples in the same order (64 per step, learning rate
+# $10^{-3}$, 400 steps); only the scale differs.
+
+
+# %%
+#| export
+def retrieval_loss(model: RetrievalModel, batch: RetrievalBatch) -> Tensor:
+    """Mean cross-entropy of the logits ``(B, n_values)`` against the targets ``(B,)``."""
+    return F.cross_entropy(model(batch.keys, batch.values, batch.query), batch.target)
+
+
+@dataclass(frozen=True)
+class RetrievalRun:
+    """What :func:`train_retrieval` measured."""
+
+    scaled: bool
+    d_k: int
+    losses: list[float]  # training loss at every step
+    init_score_std: float  # std of the scaled scores (what softmax sees) at initialisation
+    init_max_weight: float  # mean largest attention weight at initialisation
+    init_gradients: GradientSnapshot  # on the held-out batch, before the first step
+    accuracy: float  # on the held-out batch after training
+
+
+def train_retrieval(
+    *,
+    scaled: bool,
+    d_k: int = 512,
+    steps: int = 400,
+    batch_size: int = 64,
+    n_pairs: int = 8,
+    n_keys: int = 64,
+    n_values: int = 64,
+    d_model: int = 64,
+    lr: float = 1e-3,
+    seed: int = 0,
+    eval_size: int = 1024,
+    progress: bool = False,
+    num_threads: int | None = 1,
+    qk_init: str = "normal",
+) -> RetrievalRun:
+    """Train a :class:`RetrievalModel` (seeds as the text says) and measure it on ``eval_size``
+    held-out examples. ``num_threads``: torch threads while training (``None``: leave the
+    setting alone); the model is tiny, and threads that wait for each other on shared cores
+    made the loop many times slower."""
+    torch.manual_seed(seed)
+    model = RetrievalModel(n_keys, n_values, d_model, d_k, scaled=scaled, qk_init=qk_init)
+    held_out = retrieval_batch(
+        eval_size, n_pairs, n_keys, n_values, generator=torch.Generator().manual_seed(seed + 2)
+    )
+    with torch.no_grad():
+        q, k, _ = model.project(*held_out[:3])
+        init_scores = (q @ k.transpose(-2, -1)) * model.scale  # (B, 1, 1, N): softmax's input
+        init_weights = safe_softmax(init_scores, dim=-1)  # (B, 1, 1, N)
+    init_gradients = gradient_snapshot(model, held_out)
+    log = fit(
+        model,
+        lambda g: retrieval_batch(batch_size, n_pairs, n_keys, n_values, generator=g),
+        retrieval_loss,
+        steps=steps,
+        lr=lr,
+        data_seed=seed + 1,
+        threads=num_threads,
+        progress=progress,
+        desc=f"d_k={d_k} {'scaled' if scaled else 'unscaled'}",
+    )
+    with torch.no_grad():
+        logits = model(*held_out[:3])  # (B, n_values)
+    return RetrievalRun(
+        scaled=bool(scaled),
+        d_k=d_k,
+        losses=log.losses,
+        init_score_std=float(init_scores.std()),
+        init_max_weight=float(init_weights.amax(-1).mean()),
+        init_gradients=init_gradients,
+        accuracy=float((logits.argmax(-1) == held_out.target).float().mean()),
+    )
+
+
+# %% [markdown]
+# Two reference levels help read the losses: $\ln 64 \approx 4.16$ (guessing among all
+# values) and $\ln 8 \approx 2.08$ (guessing among the eight values present: roughly the best
+# a model can do without matching the query to the right key).
 
 # %%
 STEPS = 400
@@ -741,7 +1206,7 @@ assert unscaled_run.init_score_std > 15 and 0.8 < scaled_run.init_score_std < 1.
 assert unscaled_run.init_max_weight > 0.85 and scaled_run.init_max_weight < 0.6
 # The plateau: after 100 steps the unscaled loss is within 10 % of where it started, while the
 # scaled one has lost more than a third of it; later both learn the task.
-assert_c7_plateau({0: (scaled_run, unscaled_run)})
+_ = assert_c7_plateau({0: (scaled_run, unscaled_run)})  # the step ratio: in the seed table
 
 # %% [markdown]
 # The plateau is there: for about a hundred steps the unscaled model's loss stays within 10 %
@@ -770,7 +1235,7 @@ for seed, (s_run, u_run) in seed_runs.items():
 
 # %%
 # On every seed: a plateau at step 100 without the scale, a falling loss with it; both learn
-# the task, the unscaled model clearly later (the thresholds: `book.experiments.ch02`).
+# the task, the unscaled model clearly later (the thresholds: `book.claims.ch02`).
 ratios = assert_c7_plateau(seed_runs)
 
 # %% [markdown]
@@ -828,7 +1293,7 @@ record_claim(
 # $1/\sqrt{64}$ (it draws them uniformly with std $1/\sqrt{3 \cdot 64}$, so the raw scores
 # start $\sqrt 3$ times narrower), and narrower heads — and judged each time by the same
 # thresholds (`c7_verdict`: a plateau past step 100 for part of the claim, one of "a few
-# hundred" steps for all of it). The sweep is declared in `book.experiments.ch02`, run by
+# hundred" steps for all of it). The sweep is declared in `book.claims.ch02`, run by
 # `make sceptic CH=02 CLAIM=C7` and stored in `chapters/sceptic/02_scaled_dot_product.json`;
 # this cell prints the stored results (ranges over the three seeds of each setting):
 

@@ -45,10 +45,12 @@
 #   contrastive image–text model, knowing what its loss and its temperature do.
 
 # %%
+#| default_exp ch07
 import math
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib import patheffects
 from torch import nn
 
 from attention.blocks import EncoderLayer
@@ -64,13 +66,13 @@ from attention.timeseries import (
     TransformerForecaster,
     seasonal_naive,
 )
-from attention.vision import PatchEmbedding, PatchMerging, SwinBlock, VisionTransformer
+from attention.vision import PatchMerging, shifted_window_mask, window_partition
+from book.claims import ch07 as claims07
 from book.claims import claims_table, record_claim
 from book.data import co2_monthly, digits
 from book.diagrams.ch07 import clip_contrastive, patches_to_tokens, shifted_windows
-from book.experiments import ch07
 from book.experiments.seeds import SEEDS, make_deterministic, spread
-from book.experiments.training import fit, moving_average
+from book.experiments.training import fit, moving_average, train_classifier
 from book.plotting import plot_bar_spread, plot_lines, plot_spread, reference_line, set_style
 from book.progress import progress
 from measure.cost import fit_power, measure_cost
@@ -78,6 +80,31 @@ from measure.cost import fit_power, measure_cost
 set_style()
 make_deterministic(0)
 torch.set_num_threads(1)  # tiny models: one thread is the fastest, and the steadiest
+
+# %% [markdown]
+# The models, tasks and training steps the claims rest on are defined below, in the section
+# that uses them; the cells marked `#| export` also make up the module `book.pages.ch07`
+# (`make export`), from which the claims module, the tests and the exercise checks import them.
+# What they import (the three training functions import the book's loop, `fit`, where they
+# use it, so that importing the module does not load `book.experiments`):
+
+# %%
+#| export
+import copy
+import math  # noqa: F811 (the page's module needs its own imports)
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn  # noqa: F811
+
+from attention.blocks import Encoder
+from attention.checks import check_float, check_positive_int, check_rank, check_tensor
+from attention.multimodal import CLIPHead, CrossAttentionBlock, clip_logits
+from attention.timeseries import sliding_windows
+from attention.vision import PatchEmbedding, SwinBlock, VisionTransformer
+
+Tensor = torch.Tensor
 
 # %% [markdown]
 # ## 7.1 Images as sequences: the Vision Transformer
@@ -103,6 +130,25 @@ fig = patches_to_tokens()
 # convolution (a convolution whose kernel is the patch size and whose stride is the patch
 # size sees each patch exactly once, with the linear layer as its kernel).
 
+# %%
+#| export
+def patchify(images: Tensor, patch_size: int) -> Tensor:
+    """Cut ``images (B, C, H, W)`` into ``p × p`` squares: ``(B, N, C·p·p)``, ``N = (H/p)·(W/p)``.
+
+    Patches row-major over the patch grid; each vector holds its patch's pixels in ``(C, p, p)``
+    order, the layout of the kernel of :class:`attention.vision.PatchEmbedding`'s convolution.
+    """
+    check_float("images", images)
+    check_rank("images", images, 4, "[batch, channels, height, width]")
+    p = check_positive_int("patch_size", patch_size)
+    b, c, h, w = images.shape
+    if h % p or w % p:
+        raise ValueError(f"images of {h}x{w} pixels cannot be cut into {p}x{p} patches")
+    x = images.view(b, c, h // p, p, w // p, p)  # (B, C, H/p, p, W/p, p)
+    x = x.permute(0, 2, 4, 1, 3, 5)  # (B, H/p, W/p, C, p, p): the patch grid first
+    return x.reshape(b, (h // p) * (w // p), c * p * p)  # (B, N, C·p·p)
+
+
 # %% tags=["nbval-check-output"]
 data = digits()
 n_digits = len(data.train_labels) + len(data.test_labels)
@@ -112,7 +158,7 @@ print(f"{n_digits} digits: train {tuple(data.train_images.shape)}, "
 torch.manual_seed(0)
 embed = PatchEmbedding(8, 2, 1, 32)
 images = data.train_images[:4].unsqueeze(1)  # (4, 1, 8, 8)
-by_hand = ch07.patchify(images, 2)  # (4, 16, 4): 16 patches of 1·2·2 pixels
+by_hand = patchify(images, 2)  # (4, 16, 4): 16 patches of 1·2·2 pixels
 weight = embed.proj.weight.reshape(32, -1)  # (32, 4): the conv kernel is the linear layer
 torch.testing.assert_close(by_hand @ weight.T + embed.proj.bias, embed(images))
 print(f"{tuple(images.shape)} → patches {tuple(by_hand.shape)} → "
@@ -126,8 +172,9 @@ for k in range(0, 9, 2):
     axes[0].axvline(k - 0.5, color="tab:orange", lw=1)
 for n in range(16):
     r, c = divmod(n, 4)
-    axes[0].text(2 * c + 0.5, 2 * r + 0.5, str(n), ha="center", va="center", color="tab:blue",
-                 fontsize=9, fontweight="bold")  # fmt: skip
+    outlined = [patheffects.withStroke(linewidth=2.5, foreground="black")]  # readable on ink
+    axes[0].text(2 * c + 0.5, 2 * r + 0.5, str(n), ha="center", va="center", color="white",
+                 fontsize=9, fontweight="bold", path_effects=outlined)  # fmt: skip
 axes[0].set_title(f"a real digit (label {int(data.train_labels[0])}) cut into 2 × 2 patches")
 axes[0].set_xlabel("pixel column")
 axes[0].set_ylabel("pixel row")
@@ -165,36 +212,36 @@ fig.tight_layout()
 # %%
 VIT_SIDES = (8, 16, 32, 64)
 VIT_WIDTH, VIT_LAYERS = 32, 2
-vit_costs = [ch07.vit_cost(s, 2, d_model=VIT_WIDTH, num_layers=VIT_LAYERS) for s in VIT_SIDES]
-vit_fit = ch07.quadratic_fit([c.tokens for c in vit_costs], [c.flops for c in vit_costs])
+vit_costs = [claims07.vit_cost(s, 2, d_model=VIT_WIDTH, num_layers=VIT_LAYERS) for s in VIT_SIDES]
+tokens_vit = [c.seq_len for c in vit_costs]  # N' = (side / 2)² + 1
+vit_fit = claims07.quadratic_fit(tokens_vit, [c.flops for c in vit_costs])
+for s, c in zip(VIT_SIDES, vit_costs, strict=True):  # time: shown, never asserted
+    print(f"side {s:>3}: {c.seconds * 1e3:7.2f} ms per forward pass (this machine)")
 
 # %% tags=["nbval-check-output"] tolerance="round-off"
 print(f"{'side':>5} {'tokens':>7} {'MFLOP':>9} {'peak MiB':>9} {'FLOPs in attention':>19}")
 for s, c in zip(VIT_SIDES, vit_costs, strict=True):
-    share = 4 * VIT_LAYERS * VIT_WIDTH * c.tokens**2 / c.flops
-    print(f"{s:>5} {c.tokens:>7} {c.flops / 1e6:>9.2f} {c.peak_bytes / 2**20:>9.2f} {share:>19.0%}")
+    share = 4 * VIT_LAYERS * VIT_WIDTH * c.seq_len**2 / c.flops
+    print(f"{s:>5} {c.seq_len:>7} {c.flops / 1e6:>9.2f} {c.peak_bytes / 2**20:>9.2f} "
+          f"{share:>19.0%}")  # fmt: skip
 print(f"FLOPs = {vit_fit.c0:.0f} + {vit_fit.c1:.0f}·N' + {vit_fit.c2:.2f}·N'²  "
       f"(largest residual {vit_fit.max_residual:.1e} FLOPs)")  # fmt: skip
 
 # %%
-for s, c in zip(VIT_SIDES, vit_costs, strict=True):
-    print(f"side {s:>3}: {c.seconds * 1e3:7.2f} ms per forward pass (this machine)")
-
-# %%
-ch07.assert_vit_cost_quadratic(
-    [c.tokens for c in vit_costs], [c.flops for c in vit_costs],
-    d_model=VIT_WIDTH, num_layers=VIT_LAYERS,
-)  # fmt: skip
+vit_flops = [c.flops for c in vit_costs]
+claims07.assert_vit_cost_quadratic(tokens_vit, vit_flops, d_model=VIT_WIDTH, num_layers=VIT_LAYERS)
 last_two = vit_costs[-2:]
-vit_mem_exponent = fit_power([c.tokens for c in last_two], [c.peak_bytes for c in last_two])
-share = [4 * VIT_LAYERS * VIT_WIDTH * c.tokens**2 / c.flops for c in vit_costs]
+vit_mem_exponent = fit_power([c.seq_len for c in last_two], [c.peak_bytes for c in last_two])
+share = [4 * VIT_LAYERS * VIT_WIDTH * c.seq_len**2 / c.flops for c in vit_costs]
 record_claim(
     "ViT cost",
     claim="ViT turns an image into patch tokens; its cost explodes with the resolution "
     "(quadratic in the number of patches)",
     experiment="one forward pass of a ViT (width 32, 2 layers, 2×2 patches) on images of side "
     "8…64: exact FLOP count, peak bytes",
-    verdict="reproduced",
+    verdict=claims07.vit_cost_verdict(
+        tokens_vit, vit_flops, d_model=VIT_WIDTH, num_layers=VIT_LAYERS
+    ),
     measured=f"FLOPs = {vit_fit.c0:.0f} + {vit_fit.c1:.0f}·N' + {vit_fit.c2:.0f}·N'² exactly "
     f"(N'² coefficient = 4·layers·d); attention's share {share[0]:.0%} at side 8, "
     f"{share[-1]:.0%} at side 64; peak memory ∝ N^{vit_mem_exponent:.2f} between sides 32 and 64",
@@ -202,7 +249,6 @@ record_claim(
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-tokens_vit = [c.tokens for c in vit_costs]
 plot_lines(
     tokens_vit,
     {
@@ -254,29 +300,68 @@ for side in (224, 1024):
 # The ViT paper's main empirical finding was about data, not cost: trained on ImageNet alone,
 # ViTs fell behind convolutional ResNets of similar size, and overtook them only after
 # pre-training on one to two orders of magnitude more images (ImageNet-21k, JFT-300M). The
-# explanation offered is inductive bias:
-# a convolution *assumes* that nearby pixels belong together and that a pattern means the same
-# thing anywhere in the image, while a ViT must learn both from examples (only the cut into
-# patches is built in; even the layout of the patches comes from learned position
-# embeddings). Assumptions that hold are free data.
+# explanation offered is inductive bias: a convolution *assumes* that nearby pixels belong
+# together and that a pattern means the same thing anywhere in the image, while a ViT must
+# learn both from examples. Assumptions that hold are free data.
 #
-# We cannot pre-train on hundreds of millions of images, but we can ask the same question at the
-# other end of the scale: does the convolutional network win when data is scarce, and does the gap
-# close as data grows? Two models of similar size: the library's `VisionTransformer` (2×2 patches,
-# width 32, 4 heads, 2 layers) and a small LeNet-style CNN (two 3×3 convolutions with pooling, a
-# two-layer classifier). The budget is the same for both: 200 steps of Adam (learning rate
-# $3 \cdot 10^{-3}$) on batches of 32, three seeds, trained on 150 digits and on all 1,347, and
-# tested on the same 450 held-out digits.
+# We ask the same question at the other end of the scale: does the convolutional network win
+# when data is scarce, and does the gap close as data grows? Two models of similar size: the
+# library's `VisionTransformer` (2×2 patches, width 32, 4 heads, 2 layers) and a small
+# LeNet-style CNN:
+
+# %%
+#| export
+class SmallCNN(nn.Module):
+    """LeNet-style, for 8 × 8 digits: two 3 × 3 convolutions with max-pooling (8 → 4 → 2),
+    then a two-layer classifier. ``forward(images (B, 1, 8, 8)) -> logits (B, 10)``."""
+
+    def __init__(self, channels: int = 16, hidden: int = 64, num_classes: int = 10) -> None:
+        super().__init__()
+        c = check_positive_int("channels", channels)
+        self.features = nn.Sequential(
+            nn.Conv2d(1, c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),  # (B, c, 4, 4)
+            nn.Conv2d(c, 2 * c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),  # (B, 2c, 2, 2)
+        )  # fmt: skip
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Linear(8 * c, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
+        )
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.classifier(self.features(images))  # (B, 10)
+
+
+def digit_batches(images: Tensor, labels: Tensor, n_train: int, seed: int):
+    """``make_batch(batch_size, generator)`` for `train_classifier`: random draws from the
+    first ``n_train`` digits of a shuffle seeded with ``seed + 1`` (so that every model trained
+    with one seed sees the same subset), as ``(images (B, 1, 8, 8), labels (B,))``."""
+    n_train = check_positive_int("n_train", n_train)
+    if n_train > len(labels):
+        raise ValueError(f"n_train must be at most {len(labels)}, got {n_train}")
+    subset = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed + 1))  # (N,)
+    x, y = images[subset[:n_train]].unsqueeze(1), labels[subset[:n_train]]  # (n, 1, 8, 8), (n,)
+
+    def make_batch(batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        idx = torch.randint(0, n_train, (batch_size,), generator=generator)  # (B,)
+        return x[idx], y[idx]
+
+    return make_batch
+
+
+# %% [markdown]
+# The budget is the same for both: `train_classifier` (the book's loop: parameters from the
+# seed, batches from seed + 1, cross-entropy, Adam at $3 \cdot 10^{-3}$, here without
+# clipping) for 200 steps on batches of 32, three seeds, trained on 150 digits and on all
+# 1,347, and tested on the same 450 held-out digits.
 #
 # **Threshold, from the claim.** "ViTs need more data" predicts two things: with 150
 # training images the CNN's mean accuracy is higher than the ViT's by at least
-# `DATA_GAP` = 3 points, and with all the training images the ViT's deficit is smaller than
-# with 150.
+# `DATA_GAP` = 3 points, and with all the training images the ViT's deficit is smaller, by at
+# least `GAP_SHRINK` = 3 points too (a gap that loses a thousandth has not shrunk).
 
 # %%
-DATA_GAP = 0.03
 SIZES = (150, 1347)
 VIT_STEPS = 200
+test_digits = (data.test_images.unsqueeze(1), data.test_labels)  # (450, 1, 8, 8), (450,)
 
 
 def build_vit() -> VisionTransformer:
@@ -287,12 +372,12 @@ def build_vit() -> VisionTransformer:
 
 digit_runs = {}
 for n_train in SIZES:
-    for name, build in (("ViT", build_vit), ("CNN", ch07.SmallCNN)):
+    for name, build in (("ViT", build_vit), ("CNN", SmallCNN)):
         for seed in progress(SEEDS, desc=f"{name} on {n_train} digits"):
-            digit_runs[name, n_train, seed] = ch07.train_digit_classifier(
-                build, data.train_images, data.train_labels, data.test_images,
-                data.test_labels, n_train=n_train, steps=VIT_STEPS, seed=seed,
-            )  # fmt: skip
+            batches = digit_batches(data.train_images, data.train_labels, n_train, seed)
+            digit_runs[name, n_train, seed] = train_classifier(
+                build, batches, steps=VIT_STEPS, seed=seed, clip=None, test=test_digits
+            )
 acc_digits = {
     (name, n): spread([digit_runs[name, n, s].accuracy for s in SEEDS])
     for name in ("ViT", "CNN")
@@ -328,10 +413,9 @@ ax.set_xticks(SIZES, [str(n) for n in SIZES])
 ax.minorticks_off()
 
 # %%
-ch07.assert_vit_needs_more_data(
+claims07.assert_vit_needs_more_data(
     vit_small=acc_digits["ViT", SIZES[0]].values, cnn_small=acc_digits["CNN", SIZES[0]].values,
     vit_full=acc_digits["ViT", SIZES[1]].values, cnn_full=acc_digits["CNN", SIZES[1]].values,
-    margin=DATA_GAP,
 )  # fmt: skip
 record_claim(
     "ViT data",
@@ -339,7 +423,7 @@ record_claim(
     experiment=f"ViT ({digit_runs['ViT', SIZES[0], 0].n_params} params) vs small CNN "
     f"({digit_runs['CNN', SIZES[0], 0].n_params}) on 150 and 1 347 real digits, "
     f"{VIT_STEPS} steps each, 3 seeds",
-    verdict="reproduced",
+    verdict=claims07.vit_data_verdict(gaps[SIZES[0]], gaps[SIZES[1]]),
     measured=f"150 digits: CNN {acc_digits['CNN', 150].format('.3f')}, ViT "
     f"{acc_digits['ViT', 150].format('.3f')}; 1 347: CNN {acc_digits['CNN', 1347].format('.3f')}, "
     f"ViT {acc_digits['ViT', 1347].format('.3f')}",
@@ -348,15 +432,15 @@ record_claim(
 # %% [markdown]
 # **Verdict: reproduced, in the direction the data argument predicts.** With 150 training
 # digits the CNN leads by about 20 points of accuracy (0.92 against 0.72), with all 1,347 by
-# about 12 (0.95 against 0.83): the gap shrinks as the data grows, and the CNN is also the
-# steadier of the two across seeds. What this scale cannot show is the other half of the known
-# result, the crossover: the ViT paper needed millions to hundreds of millions of images before
-# its models overtook convolutional ones, and our whole training set is about the size of a
-# single ImageNet class. Two caveats a sceptic would raise. The budget is short: after 200 steps the
-# ViT's training loss is still almost four times the CNN's (0.588 against 0.158) and falling
-# faster, so at this scale "needs more data" is partly "needs more optimisation" — the
-# convolution's built-in assumptions also make it quicker to train. And neither model is
-# tuned. Both caveats point the same way as the published result.
+# about 12 (0.95 against 0.83): the gap shrinks by about 9 points, three times `GAP_SHRINK`,
+# and the CNN is also the steadier of the two across seeds. What this scale cannot show is the
+# other half of the known result, the crossover: the ViT paper needed millions to hundreds of
+# millions of images before its models overtook convolutional ones, and our whole training set
+# is about the size of a single ImageNet class. Two caveats a sceptic would raise. The budget
+# is short: after 200 steps the ViT's training loss is still almost four times the CNN's
+# (0.588 against 0.158) and falling faster, so at this scale "needs more data" is partly
+# "needs more optimisation" — the convolution's built-in assumptions also make it quicker to
+# train. And neither model is tuned. Both caveats point the same way as the published result.
 #
 # ## 7.2 Windows instead of the whole image: Swin (C25)
 #
@@ -369,12 +453,39 @@ record_claim(
 # the image, and the number of windows grows with the area, so the cost is linear in the
 # number of tokens. A fixed partition would cut the image into islands that never exchange
 # anything, so every second block moves the window grid by $w/2$ tokens along both axes.
-# The package does the move with a cyclic roll (`cyclic_shift`), so that the shifted grid is
-# again a regular one and the same batched code applies; the pieces that wrap around the
-# edge are kept apart by a mask (`shifted_window_mask`), and the roll is undone afterwards.
+# The move is a cyclic roll, so that the shifted grid is again a regular one and the same
+# batched code applies; the pieces that wrap around the edge are kept apart by a mask, and
+# the roll is undone afterwards.
 
 # %%
 fig = shifted_windows()
+
+# %% [markdown]
+# The three pieces, written out on an 8 × 8 map of token ids with 4 × 4 windows and a shift
+# of 2, and checked against the package's `window_partition` and `shifted_window_mask`
+# (which `SwinBlock` uses). The mask labels every cell of the rolled grid by the region it
+# came from (three bands per axis: untouched, the last window's part, the wrapped strip) and
+# lets two tokens of a window attend each other only when their labels match (True = may
+# attend). Exercise 07.2 puts them together into the block's attention sub-layer.
+
+# %%
+side, win, shift = 8, 4, 2
+grid_ids = torch.arange(side * side).view(1, side, side, 1)  # (B=1, H, W, C=1): token ids
+rolled = torch.roll(grid_ids, shifts=(-shift, -shift), dims=(1, 2))  # up and left by s
+windows = rolled.view(1, side // win, win, side // win, win, 1).permute(0, 1, 3, 2, 4, 5)
+windows = windows.reshape(-1, win * win, 1)  # (B·nW, w², C): windows row-major, then tokens
+assert torch.equal(windows, window_partition(rolled, window_size=win))
+
+labels = torch.zeros(1, side, side, 1, dtype=torch.long)  # (1, H, W, 1): region of each cell
+bands = (slice(0, -win), slice(-win, -shift), slice(-shift, None))
+for i, rows in enumerate(bands):
+    for j, cols in enumerate(bands):
+        labels[:, rows, cols] = 3 * i + j
+per_window = window_partition(labels, window_size=win)[..., 0]  # (nW, w²)
+mask = per_window[:, :, None] == per_window[:, None, :]  # (nW, w², w²) True = may attend
+assert torch.equal(mask, shifted_window_mask(side, side, win, shift))
+print("last window after the roll, token ids:", windows[-1, :, 0].view(win, win).tolist())
+print("tokens each of them may attend:", mask[-1].sum(-1).tolist())
 
 # %% [markdown]
 # ### Cost against image size
@@ -396,36 +507,35 @@ window_costs, global_costs = [], []
 for side in SWIN_SIDES:
     block = SwinBlock(SWIN_WIDTH, side, 2, SWIN_WINDOW, shift=SWIN_WINDOW // 2)
     dense_layer = EncoderLayer(SWIN_WIDTH, 2, 4 * SWIN_WIDTH, pre_ln=True)
-    window_costs.append(ch07.layer_cost(block, side, SWIN_WIDTH))
-    global_costs.append(ch07.layer_cost(dense_layer, side, SWIN_WIDTH))
+    window_costs.append(claims07.layer_cost(block, side, SWIN_WIDTH))
+    global_costs.append(claims07.layer_cost(dense_layer, side, SWIN_WIDTH))
+for side, w, g in zip(SWIN_SIDES, window_costs, global_costs, strict=True):  # shown only
+    print(f"side {side:>2}: window {w.seconds * 1e3:6.2f} ms, global {g.seconds * 1e3:6.2f} ms "
+          "(this machine)")  # fmt: skip
 
 # %% tags=["nbval-check-output"]
 print(f"{'side':>4} {'tokens':>6} {'window MFLOP':>12} {'global MFLOP':>12} "
       f"{'window KiB':>10} {'global KiB':>10}")  # fmt: skip
 for side, w, g in zip(SWIN_SIDES, window_costs, global_costs, strict=True):
-    print(f"{side:>4} {w.tokens:>6} {w.flops / 1e6:>12.2f} {g.flops / 1e6:>12.2f} "
+    print(f"{side:>4} {w.seq_len:>6} {w.flops / 1e6:>12.2f} {g.flops / 1e6:>12.2f} "
           f"{w.peak_bytes / 2**10:>10.0f} {g.peak_bytes / 2**10:>10.0f}")  # fmt: skip
-window_growth = ch07.growth([c.flops for c in window_costs])
-global_growth = ch07.growth([c.flops for c in global_costs])
+window_growth = claims07.growth([c.flops for c in window_costs])
+global_growth = claims07.growth([c.flops for c in global_costs])
 print("FLOPs × per doubling of the side: window", window_growth, "global", global_growth)
 
 # %%
-for side, w, g in zip(SWIN_SIDES, window_costs, global_costs, strict=True):
-    print(f"side {side:>2}: window {w.seconds * 1e3:6.2f} ms, global {g.seconds * 1e3:6.2f} ms "
-          "(this machine)")  # fmt: skip
-
-# %%
-ch07.assert_c25_window_cost_linear(
-    tokens=[c.tokens for c in window_costs],
+swin_costs = dict(
+    tokens=[c.seq_len for c in window_costs],
     window=[(c.flops, c.peak_bytes) for c in window_costs],
     dense=[(c.flops, c.peak_bytes) for c in global_costs],
 )
+claims07.assert_c25_window_cost_linear(**swin_costs)
 record_claim(
     "C25 cost",
     claim="Window attention makes the cost linear in the image size",
     experiment="one SwinBlock (4×4 windows, shift 2) vs one global EncoderLayer, width 32, "
     "2 heads, token maps of side 8, 16, 32: exact FLOPs and peak bytes",
-    verdict="reproduced",
+    verdict=claims07.c25_cost_verdict(**swin_costs),
     measured=f"window: FLOPs and peak bytes ×{window_growth[0]:.2f} per doubling of the side "
     f"(= the area, exactly); global: FLOPs ×{global_growth[0]:.1f}, ×{global_growth[1]:.1f}",
 )
@@ -437,11 +547,61 @@ record_claim(
 # chain of windows connects to it. That set is measurable exactly: back-propagate from one
 # output token to the whole input and see where the gradient is non-zero. Attention outside a
 # window, or across the mask, gets weight *exactly* zero, so "no influence" shows up as an
-# exact zero, not as a small number (`ch07.receptive_field`, in float64, with two random
-# probes so that no influence is missed by accident). We stack 1, 2 and 4 freshly initialised
-# `SwinBlock`s on a 16 × 16 token map with 4 × 4 windows, once alternating regular and shifted
-# windows as Swin does, once with regular windows only, and read the field of the token at
-# row 5, column 6.
+# exact zero, not as a small number (`receptive_field`, in float64, with two random probes
+# so that no influence is missed by accident).
+
+# %%
+#| export
+def swin_stack(
+    num_blocks: int, *, shifted: bool, grid: int, window_size: int, d_model: int = 16,
+    num_heads: int = 1,
+) -> nn.Sequential:  # fmt: skip
+    """``num_blocks`` `SwinBlock`s on a ``grid × grid`` token map, ``(B, grid², D) -> (B,
+    grid², D)``; with ``shifted`` every second block shifts by ``window_size // 2`` (Swin's
+    alternation), otherwise every block uses the regular windows."""
+    shift = window_size // 2 if shifted else 0
+    return nn.Sequential(*[
+        SwinBlock(d_model, grid, num_heads, window_size, shift=shift if i % 2 else 0)
+        for i in range(check_positive_int("num_blocks", num_blocks))
+    ])  # fmt: skip
+
+
+def receptive_field(
+    model: nn.Module, grid: int, d_model: int, token: tuple[int, int], *, n_probes: int = 2,
+    seed: int = 0,
+) -> Tensor:  # fmt: skip
+    """Bool ``(grid, grid)``: the input tokens that can change output ``token`` of ``model``
+    (``(1, grid², D) -> (1, grid², D)``): where the gradient of ``n_probes`` random projections
+    of that output is non-zero, on random float64 inputs (a float64 copy of ``model``)."""
+    row, col = token
+    if not (0 <= row < grid and 0 <= col < grid):
+        raise ValueError(f"token must lie on the {grid}x{grid} grid, got {token}")
+    g = torch.Generator().manual_seed(seed)
+    model = copy.deepcopy(model).double().eval()
+    x = torch.randn(1, grid * grid, d_model, generator=g, dtype=torch.float64)  # (1, G², D)
+    x.requires_grad_(True)
+    out = model(x)  # (1, G², D)
+    field = torch.zeros(grid * grid, dtype=torch.bool)  # (G²,)
+    for _ in range(check_positive_int("n_probes", n_probes)):
+        probe = torch.randn(d_model, generator=g, dtype=torch.float64)  # (D,)
+        (grad,) = torch.autograd.grad(out[0, row * grid + col] @ probe, x, retain_graph=True)
+        field |= (grad[0] != 0).any(-1)  # (G²,)
+    return field.view(grid, grid)
+
+
+def window_of(token: tuple[int, int], grid: int, window_size: int) -> Tensor:
+    """Bool ``(grid, grid)``: the regular ``window_size × window_size`` window holding
+    ``token``."""
+    r0, c0 = (t // window_size * window_size for t in token)
+    mask = torch.zeros(grid, grid, dtype=torch.bool)  # (G, G)
+    mask[r0 : r0 + window_size, c0 : c0 + window_size] = True
+    return mask
+
+
+# %% [markdown]
+# We stack 1, 2 and 4 freshly initialised `SwinBlock`s on a 16 × 16 token map with 4 × 4
+# windows, once alternating regular and shifted windows as Swin does, once with regular
+# windows only, and read the field of the token at row 5, column 6.
 #
 # **Threshold, from the claim.** Without the shift the field must stay the token's own
 # window at every depth (16 tokens); with it, it must leave the window after two blocks and
@@ -451,14 +611,14 @@ record_claim(
 RF_GRID, RF_TOKEN, RF_DEPTHS = 16, (5, 6), (1, 2, 4)
 torch.manual_seed(0)
 fields = {
-    (shifted, depth): ch07.receptive_field(
-        ch07.swin_stack(depth, shifted=shifted, grid=RF_GRID, window_size=SWIN_WINDOW),
+    (shifted, depth): receptive_field(
+        swin_stack(depth, shifted=shifted, grid=RF_GRID, window_size=SWIN_WINDOW),
         RF_GRID, 16, RF_TOKEN,
     )  # fmt: skip
     for shifted in (False, True)
     for depth in RF_DEPTHS
 }
-own_window = ch07.window_of(RF_TOKEN, RF_GRID, SWIN_WINDOW)
+own_window = window_of(RF_TOKEN, RF_GRID, SWIN_WINDOW)
 
 # %% tags=["nbval-check-output"]
 for (shifted, depth), field in fields.items():
@@ -484,13 +644,13 @@ fig.suptitle("C25: receptive field of one output token (16 × 16 tokens, 4 × 4 
 bar = fig.colorbar(shown, ax=axes, ticks=[0, 1], label="1 = this input can change the red output")
 
 # %%
-ch07.assert_c25_shift_crosses_windows(fields, own_window)
+claims07.assert_c25_shift_crosses_windows(fields, own_window)
 record_claim(
     "C25 shift",
     claim="Shifted windows let information cross window borders",
     experiment="receptive field (exact non-zero pattern of the gradient) of one output token "
     "after 1, 2, 4 SwinBlocks on 16×16 tokens, 4×4 windows, with and without the shift",
-    verdict="reproduced",
+    verdict=claims07.c25_shift_verdict(fields, own_window),
     measured="field sizes " + ", ".join(
         f"{'shifted' if s else 'regular'}/{d}: {int(f.sum())}" for (s, d), f in fields.items()
     ),
@@ -513,11 +673,9 @@ record_claim(
 # Between stages Swin merges every 2 × 2 group of neighbouring tokens into one
 # (`PatchMerging`: concatenate the four vectors, normalise, project $4C \to 2C$): the map's
 # side halves and its width doubles, as in a convolutional backbone. Below, a 16 × 16 map of
-# width 16 goes through three stages. At the last stage the map is 4 × 4, the size of one
-# window. The original Swin turns the shift off along any axis that one window covers
-# (there is nothing across a border to reach), and so does the library's `SwinBlock`
-# (`vision.swin_window_shift`); our last stage asks for regular windows only, which comes to
-# the same.
+# width 16 goes through three stages. At the last stage one window covers the 4 × 4 map, so
+# there is nothing to shift across: Swin (and the library's `SwinBlock`) turn the shift off
+# there.
 
 # %%
 torch.manual_seed(0)
@@ -535,9 +693,6 @@ for stage in range(3):
         pyramid.append((side, width))
 print(" → ".join(f"{s}×{s}×{c}" for s, c in pyramid), "| last tensor", tuple(x_stage.shape))
 
-# %%
-ch07.assert_c25_pyramid(pyramid)
-
 # %% [markdown]
 # Every stage halves the side and doubles the width: a 16 × 16 × 16 map becomes 8 × 8 × 32,
 # then 4 × 4 × 64, the shapes a convolutional backbone (ResNet) hands to a detection or
@@ -547,12 +702,13 @@ ch07.assert_c25_pyramid(pyramid)
 # on top. We record the pyramid as shown and the suitability as untested.
 
 # %%
+claims07.assert_c25_pyramid(pyramid)
 record_claim(
     "C25 pyramid",
     claim="Swin's patch merging gives hierarchical feature maps that suit detection and "
     "segmentation",
     experiment="three stages of SwinBlocks with PatchMerging on a 16×16×16 token map",
-    verdict="partly",
+    verdict=claims07.c25_pyramid_verdict(pyramid, suits_detection=None),
     measured=" → ".join(f"{s}×{s}×{c}" for s, c in pyramid)
     + " (side halves, width doubles); suitability for detection not tested",
 )
@@ -567,54 +723,133 @@ record_claim(
 # cells in the other columns it lies in their own. Two Swin blocks (width 16, one head) with
 # the colour embedding as input, a linear read-out per cell, 150 steps of Adam (learning rate
 # $10^{-2}$, batches of 32), three seeds; once with the second block shifted, once with both
-# regular.
-#
+# regular. No absolute positions: the blocks' relative position bias is the only place
+# where information comes from.
+
+# %%
+#| export
+def neighbour_copy_batch(
+    batch_size: int, grid: int, n_colours: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """``colours (B, grid, grid)`` random, and ``targets (B, grid, grid - 1)``: each cell's
+    right neighbour's colour (the last column has none)."""
+    colours = torch.randint(0, n_colours, (batch_size, grid, grid), generator=generator)  # (B,G,G)
+    return colours, colours[:, :, 1:]  # (B, G, G), (B, G, G-1)
+
+
+class SwinTokenClassifier(nn.Module):
+    """Colour embedding → `swin_stack` → LayerNorm → a colour per cell:
+    ``forward(colours (B, G, G)) -> logits (B, G, G, n_colours)``."""
+
+    def __init__(
+        self, *, shifted: bool, grid: int = 8, window_size: int = 4, n_colours: int = 4,
+        d_model: int = 16, num_heads: int = 1, num_blocks: int = 2,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.grid, self.n_colours = grid, n_colours
+        self.embed = nn.Embedding(n_colours, d_model)
+        self.blocks = swin_stack(
+            num_blocks, shifted=shifted, grid=grid, window_size=window_size, d_model=d_model,
+            num_heads=num_heads,
+        )  # fmt: skip
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, n_colours)
+
+    def forward(self, colours: Tensor) -> Tensor:
+        x = self.embed(colours.flatten(1))  # (B, G², D)
+        logits = self.head(self.norm(self.blocks(x)))  # (B, G², K)
+        return logits.view(-1, self.grid, self.grid, self.n_colours)  # (B, G, G, K)
+
+
+def train_neighbour_copy(
+    *, shifted: bool, seed: int, steps: int, grid: int = 8, window_size: int = 4,
+    n_colours: int = 4, batch_size: int = 32, lr: float = 1e-2, eval_size: int = 512,
+) -> dict:  # fmt: skip
+    """Train a `SwinTokenClassifier` (parameters from ``seed``, batches from ``seed + 1``);
+    accuracy per column on ``eval_size`` held-out maps (from ``seed + 2``): ``{"border",
+    "interior", "per_column", "losses"}``, border = the columns whose right neighbour lies in
+    the next window."""
+    from book.experiments.training import fit, torch_threads  # the book's training loop
+
+    torch.manual_seed(seed)
+    model = SwinTokenClassifier(
+        shifted=shifted, grid=grid, window_size=window_size, n_colours=n_colours
+    )
+
+    def loss_of(m: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+        colours, targets = batch  # (B, G, G), (B, G, G-1)
+        logits = m(colours)[:, :, :-1]  # (B, G, G-1, K): cells with a right neighbour
+        return F.cross_entropy(logits.reshape(-1, n_colours), targets.reshape(-1))
+
+    log = fit(
+        model, lambda g: neighbour_copy_batch(batch_size, grid, n_colours, g), loss_of,
+        steps=steps, lr=lr, data_seed=seed + 1, threads=1,
+    )  # fmt: skip
+    colours, targets = neighbour_copy_batch(
+        eval_size, grid, n_colours, torch.Generator().manual_seed(seed + 2)
+    )
+    with torch.no_grad(), torch_threads(1):
+        correct = (model(colours)[:, :, :-1].argmax(-1) == targets).float()  # (B, G, G-1)
+    border = [c for c in range(grid - 1) if (c + 1) % window_size == 0]
+    interior = [c for c in range(grid - 1) if (c + 1) % window_size != 0]
+    return {
+        "border": float(correct[:, :, border].mean()),
+        "interior": float(correct[:, :, interior].mean()),
+        "per_column": correct.mean((0, 1)).tolist(),
+        "losses": log.losses,
+    }
+
+
+# %% [markdown]
 # **Threshold, from the claim.** At the window border, without the shift the model cannot see
 # the neighbour, so its accuracy there must stay within 0.10 of chance (one colour in four,
 # 0.25); with the shift it must reach `SOLVED` = 0.90 at every seed. Inside the windows both
 # must reach 0.90.
 
 # %% tags=["nbval-check-output"] tolerance="trained"
-SOLVED, N_COLOURS, COPY_STEPS = 0.90, 4, 150
+N_COLOURS, COPY_STEPS = 4, 150
 copy_runs = {
-    (shifted, seed): ch07.train_neighbour_copy(shifted=shifted, seed=seed, steps=COPY_STEPS)
+    (shifted, seed): train_neighbour_copy(shifted=shifted, seed=seed, steps=COPY_STEPS)
     for shifted in (False, True)
     for seed in progress(SEEDS, desc="neighbour copy")
 }
-copy_border = {s: spread([copy_runs[s, seed].border for seed in SEEDS]) for s in (False, True)}
-copy_inside = {s: spread([copy_runs[s, seed].interior for seed in SEEDS]) for s in (False, True)}
+copy_border = {s: spread([copy_runs[s, seed]["border"] for seed in SEEDS]) for s in (False, True)}
+copy_inside = {s: spread([copy_runs[s, seed]["interior"] for seed in SEEDS]) for s in (False, True)}
 for shifted in (False, True):
     name = "shifted" if shifted else "regular"
     print(f"{name:>8} windows: accuracy at the border {copy_border[shifted]}, "
           f"inside {copy_inside[shifted]}")  # fmt: skip
 
 # %%
-ax = plot_bar_spread(
+fig, ax = plt.subplots(figsize=(9, 4))
+plot_bar_spread(
     {
-        "regular, border": copy_border[False].values,
-        "shifted, border": copy_border[True].values,
-        "regular, inside": copy_inside[False].values,
-        "shifted, inside": copy_inside[True].values,
+        "regular\nborder": copy_border[False].values,
+        "shifted\nborder": copy_border[True].values,
+        "regular\ninside": copy_inside[False].values,
+        "shifted\ninside": copy_inside[True].values,
     },
     title="C25: copy the right neighbour's colour (8 × 8 cells, 4 × 4 windows)",
     ylabel="accuracy on held-out maps",
     reference=(1 / N_COLOURS, "chance (1 of 4 colours)"),
+    ax=ax,
 )
-ax.set_ybound(0, 1.45)
-legend = ax.legend(loc="upper left", ncol=2)
+ax.set_ybound(0, 1.05)  # accuracy: the legend goes beside the axes, not above the bars
+legend = ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+fig.tight_layout()
 
 # %%
-ch07.assert_c25_shift_decides(
+copy_results = dict(
     border_shifted=copy_border[True].values, border_regular=copy_border[False].values,
     inside_shifted=copy_inside[True].values, inside_regular=copy_inside[False].values,
-    chance=1 / N_COLOURS, solved=SOLVED,
 )  # fmt: skip
+claims07.assert_c25_shift_decides(**copy_results)
 record_claim(
     "C25 task",
     claim="Without the shift, windows cannot pass information across their borders",
     experiment=f"2 SwinBlocks, copy the right neighbour's colour on 8×8 maps, {COPY_STEPS} "
     "steps, 3 seeds, with and without the shifted second block",
-    verdict="reproduced",
+    verdict=claims07.c25_task_verdict(**copy_results),
     measured=f"border accuracy {copy_border[False].format('.2f')} regular vs "
     f"{copy_border[True].format('.2f')} shifted (chance 0.25); inside "
     f"{copy_inside[False].min:.2f}+ and {copy_inside[True].min:.2f}+",
@@ -649,25 +884,112 @@ record_claim(
 #   months) so that the yearly cycle has an exact period of 12. It is the textbook example of
 #   a trend with a seasonal cycle on top.
 # - **Synthetic**: 960 months of a linear trend, a yearly sine and its second harmonic, and
-#   Gaussian noise of standard deviation 0.2 (`ch07.synthetic_series`), where we know the best
+#   Gaussian noise of standard deviation 0.2 (`synthetic_series`), where we know the best
 #   possible error: the noise.
 #
 # Each forecaster sees the last 36 months and predicts the next 12. The split is in time, as
-# it must be for forecasting: the first seven tenths of each series trains (the `0.7` of the
-# split below), the next tenth validates, the last fifth tests, and the values are
-# standardised with the mean and standard deviation of the training part only. Errors are
-# mean squared errors in those standardised units.
+# it must be for forecasting: the first seven tenths of each series trains, the next tenth
+# validates, the last fifth tests (a window belongs to the part its targets fall in), and the
+# values are standardised with the mean and standard deviation of the training part only.
+# Errors are mean squared errors in those standardised units.
+
+# %%
+#| export
+def synthetic_series(
+    length: int, *, period: int = 12, slope: float = 0.01, noise: float = 0.2, seed: int = 0
+) -> tuple[Tensor, Tensor]:
+    """``slope·t + sin(2πt/P) + 0.5·sin(4πt/P + 1)`` plus Gaussian noise of standard deviation
+    ``noise``: ``values (T,)`` float64, and the phase ``t mod P``, ``(T,)`` int64."""
+    t = torch.arange(check_positive_int("length", length), dtype=torch.float64)  # (T,)
+    angle = 2 * math.pi * t / check_positive_int("period", period)  # (T,)
+    clean = slope * t + torch.sin(angle) + 0.5 * torch.sin(2 * angle + 1.0)  # (T,)
+    g = torch.Generator().manual_seed(seed)
+    values = clean + noise * torch.randn(length, generator=g, dtype=torch.float64)  # (T,)
+    return values, torch.arange(length) % period
+
+
+@dataclass(frozen=True)
+class Windows:
+    """``history (N, L)`` and ``target (N, H)`` float32 (standardised), ``phase (N, L)``."""
+
+    history: Tensor
+    target: Tensor
+    phase: Tensor
+
+    def __len__(self) -> int:
+        return self.history.shape[0]
+
+
+@dataclass(frozen=True)
+class ForecastSplit:
+    """Train / validation / test windows of one series, standardised by the training part's
+    ``mean`` and ``std``."""
+
+    train: Windows
+    val: Windows
+    test: Windows
+    mean: float
+    std: float
+    lookback: int
+    horizon: int
+
+
+def forecast_split(
+    values: Tensor, phase: Tensor, *, lookback: int, horizon: int,
+    fractions: tuple[float, float] = (0.7, 0.1),
+) -> ForecastSplit:  # fmt: skip
+    """Chronological split of ``values (T,)``: the first ``fractions[0]`` of the time steps
+    train, the next ``fractions[1]`` validate, the rest test; a window belongs to the part its
+    *targets* fall in (its history may reach back into the previous part)."""
+    check_float("values", values)
+    check_rank("values", values, 1, "[time]")
+    check_tensor("phase", phase)
+    if phase.shape != values.shape:
+        raise ValueError(f"phase must have the shape of values {tuple(values.shape)}")
+    train_frac, val_frac = fractions
+    if not (0 < train_frac and 0 < val_frac and train_frac + val_frac < 1):
+        raise ValueError(f"fractions must be positive with a sum below 1, got {fractions}")
+    n = values.shape[0]
+    n_train, n_val = int(train_frac * n), int((train_frac + val_frac) * n)
+    mean, std = float(values[:n_train].mean()), float(values[:n_train].std())
+    z = ((values - mean) / std).float()  # (T,)
+    history, target = sliding_windows(z, lookback=lookback, horizon=horizon)  # (N, L), (N, H)
+    phases, _ = sliding_windows(phase, lookback=lookback, horizon=horizon)  # (N, L)
+    first_target = torch.arange(history.shape[0]) + lookback  # (N,) time of target 0
+    last_target = first_target + horizon - 1  # (N,)
+    parts = [
+        Windows(history[keep], target[keep], phases[keep])
+        for keep in (
+            last_target < n_train,
+            (first_target >= n_train) & (last_target < n_val),
+            first_target >= n_val,
+        )
+    ]
+    if min(len(p) for p in parts) == 0:
+        raise ValueError(
+            f"a series of {n} steps leaves an empty part for lookback={lookback}, "
+            f"horizon={horizon} and fractions={fractions}"
+        )
+    return ForecastSplit(*parts, mean, std, lookback, horizon)
+
+
+def forecast_mse(model, windows: Windows) -> float:
+    """Mean squared error of ``model(history, phase) -> (N, H)`` over every window and step."""
+    with torch.no_grad():
+        forecast = model(windows.history, windows.phase)  # (N, H)
+    return float(F.mse_loss(forecast, windows.target))
+
 
 # %% tags=["nbval-check-output"]
 co2 = co2_monthly()
 LOOKBACK, HORIZON, PERIOD = 36, 12, 12
-synthetic_values, synthetic_phase = ch07.synthetic_series(960, period=PERIOD, noise=0.2)
+synthetic_values, synthetic_phase = synthetic_series(960, period=PERIOD, noise=0.2)
 series = {
     "CO₂ (Mauna Loa)": (co2.values, co2.month),
     "synthetic": (synthetic_values, synthetic_phase),
 }
 splits = {
-    name: ch07.forecast_split(values, phase, lookback=LOOKBACK, horizon=HORIZON)
+    name: forecast_split(values, phase, lookback=LOOKBACK, horizon=HORIZON)
     for name, (values, phase) in series.items()
 }
 noise_floor = 0.2**2 / splits["synthetic"].std ** 2  # the MSE of a perfect forecast
@@ -721,20 +1043,54 @@ fig.tight_layout()
 #
 # Every trained model works relative to the last observed value (`LastValueNormalization`,
 # the trick of DLinear's sibling NLinear): a trending series keeps leaving the range seen in
-# training, and subtracting the last value removes its level. Every one gets 200 steps of
-# Adam on batches of 16 windows, gradients clipped at 1, three seeds. "Tuned" means the
-# learning rate was chosen from $\{10^{-3}, 3 \cdot 10^{-3}, 10^{-2}\}$ by the validation error
-# of seed 0, for the LSTM and, to be fair, for the plain Transformer; the others use
-# $3 \cdot 10^{-3}$.
+# training, and subtracting the last value removes its level. Every one gets the same training
+# step, 200 steps of Adam on the MSE of batches of 16 windows, gradients clipped at 1, three
+# seeds:
+
+# %%
+#| export
+def train_forecaster(
+    build, split: ForecastSplit, *, steps: int, lr: float, seed: int, batch_size: int = 32,
+    clip: float | None = 1.0,
+) -> dict:  # fmt: skip
+    """Train ``build()`` (``model(history (B, L), phase (B, L)) -> (B, H)``) with Adam on the
+    MSE of random training windows; parameters from ``seed``, batches from ``seed + 1``, so
+    that every forecaster trained with one seed sees the same windows in the same order.
+    Returns ``{"model", "test_mse", "val_mse", "n_params", "losses"}``."""
+    from book.experiments.training import fit, torch_threads  # the book's training loop
+
+    torch.manual_seed(seed)
+    model = build()
+    train = split.train
+
+    def make_batch(generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+        idx = torch.randint(0, len(train), (batch_size,), generator=generator)  # (B,)
+        return train.history[idx], train.phase[idx], train.target[idx]  # (B,L), (B,L), (B,H)
+
+    log = fit(
+        model, make_batch, lambda m, b: F.mse_loss(m(b[0], b[1]), b[2]),
+        steps=steps, lr=lr, data_seed=seed + 1, clip=clip, threads=1,
+    )  # fmt: skip
+    with torch_threads(1):
+        test, val = forecast_mse(model, split.test), forecast_mse(model, split.val)
+    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return {"model": model, "test_mse": test, "val_mse": val, "n_params": n_params,
+            "losses": log.losses}  # fmt: skip
+
+
+# %% [markdown]
+# "Tuned" means the learning rate was chosen from $\{10^{-3}, 3 \cdot 10^{-3}, 10^{-2}\}$ by
+# the validation error of seed 0, for the LSTM and, to be fair, for the plain Transformer;
+# the others use $3 \cdot 10^{-3}$.
 #
-# **Thresholds, from the claim**, for every series: "as good as" = a mean test MSE at most
+# **Thresholds, from the claim** (`book.claims.ch07`), for every series: "as good as" = a
+# mean test MSE at most
 # `AS_GOOD` = 10 % above the plain Transformer's; "steadier" = a smaller range (max − min)
 # over the seeds; the claim holds on a series if the LSTM or the TCN is as good or steadier.
 # An addition "helps" if it lowers the mean MSE of the plain Transformer. For Zeng et al.'s
 # anchor, DLinear "beats" a Transformer variant if its mean MSE is lower.
 
 # %% tags=["nbval-check-output"] tolerance="trained-ratio"
-AS_GOOD = 0.10
 FORECAST_STEPS, FORECAST_BATCH, LR_GRID, DEFAULT_LR = 200, 16, (1e-3, 3e-3, 1e-2), 3e-3
 INFORMER_FACTOR = 2
 print(f"active queries: Informer's c = 5 at L = 96: {n_selected(96, 5)} of 96; "
@@ -762,8 +1118,8 @@ def normalised(name: str):
     return lambda: LastValueNormalization(forecasters[name]())
 
 
-def train(series_name: str, name: str, lr: float, seed: int) -> ch07.ForecastRun:
-    return ch07.train_forecaster(
+def train(series_name: str, name: str, lr: float, seed: int) -> dict:
+    return train_forecaster(
         normalised(name), splits[series_name], steps=FORECAST_STEPS, lr=lr, seed=seed,
         batch_size=FORECAST_BATCH,
     )  # fmt: skip
@@ -774,11 +1130,45 @@ for series_name in splits:
     for name in TUNED:
         for lr in LR_GRID:
             tuning_runs[series_name, name, lr] = train(series_name, name, lr, seed=0)
-            tuning[series_name, name, lr] = tuning_runs[series_name, name, lr].val_mse
+            tuning[series_name, name, lr] = tuning_runs[series_name, name, lr]["val_mse"]
         chosen_lr[series_name, name] = min(LR_GRID, key=lambda lr: tuning[series_name, name, lr])
 for (series_name, name), lr in chosen_lr.items():
     vals = ", ".join(f"{g:g}: {tuning[series_name, name, g]:.4f}" for g in LR_GRID)
     print(f"{series_name:>16} {name:>11}: validation MSE by learning rate {vals} → {lr:g}")
+
+# %% [markdown]
+# What each forecaster computes, written out from its own parts and checked against its
+# output. Note the read-outs: the LSTM and the TCN forecast from their *last* state, the
+# Transformers from every token's output flattened into one vector (`Linear(36·32, 12)`), a
+# head that alone holds most of their parameters.
+
+# %%
+torch.manual_seed(0)
+test_windows = splits["synthetic"].test
+history, phase = test_windows.history[:4], test_windows.phase[:4]  # (4, L), (4, L)
+models = {name: build() for name, build in forecasters.items()}
+dl, lstm, tcn = models["DLinear"], models["LSTM"], models["TCN"]
+padded = F.pad(history[:, None], (6, 6), mode="replicate")  # (4, 1, L + 12): ends repeated
+trend = F.avg_pool1d(padded, 13, stride=1)[:, 0]  # (4, L): 13-month moving average
+by_hand = {"DLinear": dl.trend(trend) + dl.remainder(history - trend)}  # two linear maps
+states, _ = lstm.lstm(history.unsqueeze(-1))  # (4, L, 32): one state per month
+by_hand["LSTM"] = lstm.head(states[:, -1])  # the last state only
+x = tcn.input(history.unsqueeze(1))  # (4, C, L)
+for conv, d in zip(tcn.convs, tcn.dilations, strict=True):
+    x = x + torch.relu(conv(F.pad(x, (2 * d, 0))))  # (4, C, L): padded on the left, causal
+by_hand["TCN"] = tcn.head(x[:, :, -1])  # the last step only
+for name in ("Transformer", "+ time", "Informer-style"):
+    m = models[name]
+    tokens = m.value_embedding(history.unsqueeze(-1)) + m.position  # (4, L, D): month = token
+    if m.phase_embedding is not None:
+        tokens = tokens + m.phase_embedding(phase)  # (4, L, D): + the calendar month
+    by_hand[name] = m.head(m.encoder(tokens).flatten(1))  # (4, 12): every token, flattened
+for name, out in by_hand.items():
+    torch.testing.assert_close(out, models[name](history, phase))
+head_share = {n: models[n].head.weight.numel() / sum(p.numel() for p in models[n].parameters())
+              for n in ("LSTM", "TCN", "Transformer")}  # fmt: skip
+print("read-outs checked; the head's share of the parameters:",
+      ", ".join(f"{n} {v:.0%}" for n, v in head_share.items()))  # fmt: skip
 
 # %%
 forecast_runs = {}
@@ -791,12 +1181,12 @@ for series_name in splits:
             else:
                 forecast_runs[series_name, name, seed] = train(series_name, name, lr, seed)
 mse = {
-    (series_name, name): spread([forecast_runs[series_name, name, s].test_mse for s in SEEDS])
+    (series_name, name): spread([forecast_runs[series_name, name, s]["test_mse"] for s in SEEDS])
     for series_name in splits
     for name in forecasters
 }
 naive_mse = {
-    series_name: ch07.forecast_mse(
+    series_name: forecast_mse(
         lambda history, phase: seasonal_naive(history, horizon=HORIZON, period=PERIOD), split.test
     )
     for series_name, split in splits.items()
@@ -808,7 +1198,7 @@ for series_name in splits:
     print(f"  {'seasonal naive':>15}: {naive_mse[series_name]:.4f}")
     for name in forecasters:
         s = mse[series_name, name]
-        params = forecast_runs[series_name, name, 0].n_params
+        params = forecast_runs[series_name, name, 0]["n_params"]
         print(f"  {name:>15}: {s.format('.4f')}   spread {s.max - s.min:.4f}   {params} params")
 
 # %%
@@ -828,10 +1218,8 @@ reference_line(axes[1], noise_floor, "noise floor (perfect forecast)", color="ta
 for ax in axes:
     ax.legend(loc="upper left", ncol=2, fontsize=8)
 fig.tight_layout()
-
-# %%
 mse_table = {series: {name: mse[series, name].values for name in forecasters} for series in splits}
-holds = {series: ch07.c26_claim_holds(mse_table[series], tol=AS_GOOD) for series in splits}
+holds = {series: claims07.c26_claim_holds(mse_table[series]) for series in splits}
 print("C26 holds (LSTM or TCN as good as, or steadier than, the Transformer):", holds)
 
 # %% [markdown]
@@ -842,7 +1230,7 @@ print("C26 holds (LSTM or TCN as good as, or steadier than, the Transformer):", 
 #   Best of all is DLinear, 0.0121, not far above the noise floor of 0.0091.
 # - **CO₂: the claim fails.** Here the plain Transformer is the best trained model, 0.0039,
 #   and also the steadiest (range 0.0005). The tuned LSTM comes second, 0.0045, but that is
-#   more than `AS_GOOD` above, and its range is 0.0014; the TCN is last, 0.0064.
+#   more than `AS_GOOD` above, and its range is 0.0014; the TCN is the worst of the three, 0.0064.
 # - **The additions hurt on both series.** The calendar embedding raises the Transformer's
 #   error (0.0059 on CO₂, 0.0172 on the synthetic series) and ProbSparse on top raises it
 #   again (0.0065 and 0.0205).
@@ -851,20 +1239,17 @@ print("C26 holds (LSTM or TCN as good as, or steadier than, the Transformer):", 
 # - Every trained model is far below the seasonal copy on CO₂ (0.0293): the copy is a year
 #   behind the trend, which is exactly what a last-value normalised model corrects.
 #
-# A sceptic's warning, which we checked the hard way: the ranking of the trained models on
-# CO₂ is not robust. A draft of this notebook with batches of 32 windows and 4 heads (all else
-# equal) had the LSTM level with the Transformer there; halving the batch and the heads turned
-# a tie into a clear Transformer lead. With 95 test windows from a single decade and three
-# seeds, differences of this size are within what such a change moves. The asserting cell
-# below pins the verdict this run supports, series by series, so that a re-run that changes it
-# fails loudly instead of silently contradicting the text.
+# The ranking of the trained models on CO₂ is not robust: with 95 test windows from a single
+# decade and three seeds, a change of batch size or head count moves differences of this
+# size. The asserting cell pins the reading above, series by series, so that a re-run that
+# changes it fails loudly instead of silently contradicting the text.
 
 # %%
-ch07.assert_c26_recurrent_vs_attention(
-    mse_table, tol=AS_GOOD, holds={"CO₂ (Mauna Loa)": False, "synthetic": True}
+claims07.assert_c26_recurrent_vs_attention(
+    mse_table, holds={"CO₂ (Mauna Loa)": False, "synthetic": True}
 )
-ch07.assert_c26_additions_do_not_help(mse_table)
-ch07.assert_c26_linear_anchor(
+claims07.assert_c26_additions_do_not_help(mse_table)
+claims07.assert_c26_linear_anchor(
     mse_table, naive_mse, beats_all={"CO₂ (Mauna Loa)": False, "synthetic": True}
 )
 
@@ -880,7 +1265,7 @@ record_claim(
     experiment=f"36 → 12-month forecasts of Mauna Loa CO₂ and a synthetic series, "
     f"{FORECAST_STEPS} steps each, 3 seeds, last-value normalisation, lr tuned on validation "
     "for LSTM and Transformer",
-    verdict="partly",
+    verdict=claims07.c26_verdict(mse_table),
     measured=f"synthetic (holds): {mse_text('synthetic', 'LSTM', 'TCN', 'Transformer')}; CO₂ "
     f"(fails): {mse_text('CO₂ (Mauna Loa)', 'LSTM', 'TCN', 'Transformer')} (test MSE, "
     "standardised)",
@@ -891,7 +1276,7 @@ record_claim(
     "forecaster",
     experiment="the same Transformer + a learned calendar-month embedding, and + ProbSparse "
     f"(factor {INFORMER_FACTOR}), same budget",
-    verdict="not reproduced",
+    verdict=claims07.c26_additions_verdict(mse_table),
     measured=f"CO₂: {mse_text('CO₂ (Mauna Loa)', 'Transformer', '+ time', 'Informer-style')}; "
     f"synthetic: {mse_text('synthetic', 'Transformer', '+ time', 'Informer-style')}",
 )
@@ -900,7 +1285,7 @@ record_claim(
     claim="Zeng et al. 2022: a linear model (DLinear) beats Transformer forecasters",
     experiment="DLinear (888 parameters) against the three Transformer variants (≈22 k), same "
     "budget",
-    verdict="partly",
+    verdict=claims07.c26_linear_verdict(mse_table),
     measured=f"synthetic: {mse_text('synthetic', 'DLinear', 'Transformer', 'Informer-style')}; "
     f"CO₂: {mse_text('CO₂ (Mauna Loa)', 'DLinear', 'Transformer', 'Informer-style')}",
 )
@@ -912,12 +1297,10 @@ record_claim(
 # landslide, and the comparison between the trained models is fragile at this scale.
 #
 # **Verdict on the additions: not reproduced.** Both made the Transformer worse, on both
-# series. Neither is mysterious. A 36-month window holds three full years, so the calendar
-# month of each value is already written in the values' own cycle; the embedding adds twelve
-# vectors to fit and nothing the model did not have. ProbSparse gives all but 8 of the 36
-# queries the plain mean of the values, which throws away the step-by-step detail a forecaster
-# lives on; it was designed to make inputs of hundreds or thousands of steps affordable, not to
-# improve accuracy on short ones (the next cell shows what it saves at length).
+# series. A 36-month window holds three full years, so the calendar month is already written
+# in the values' own cycle; the embedding adds twelve vectors to fit and nothing new.
+# ProbSparse gives all but 8 of the 36 queries the plain mean of the values, throwing away the
+# step-by-step detail a forecaster lives on.
 #
 # **Verdict on the anchor, Zeng et al.: partly reproduced.** Against the kind of model they
 # tested, a Transformer with time-stamp encodings and sparse attention, DLinear wins on both
@@ -929,10 +1312,10 @@ record_claim(
 #
 # ### What ProbSparse is for: long inputs
 #
-# Informer's sparse attention was designed for inputs of hundreds or thousands of steps,
-# where dense attention's $L^2$ scores dominate. At 36 steps it saves almost nothing and, as
-# measured above, costs accuracy. Its cost does show at length: the FLOPs of one call (batch 1,
-# 2 heads, head width 32, no autograd), dense against ProbSparse with Informer's $c = 5$.
+# Informer's sparse attention was designed to make inputs of hundreds or thousands of steps
+# affordable, where dense attention's $L^2$ scores dominate, not to improve accuracy on short
+# ones. The FLOPs of one call (batch 1, 2 heads, head width 32, no autograd), dense against
+# ProbSparse with Informer's $c = 5$:
 
 # %%
 PS_LENGTHS = (256, 512, 1024, 2048)
@@ -956,8 +1339,6 @@ for name, cs in ps_costs.items():
           + f"  (∝ L^{ps_exponent[name]:.2f})")  # fmt: skip
 ps_saving = ps_costs["dense"][-1].flops / ps_costs["ProbSparse, c = 5"][-1].flops
 print(f"at L = 2048 ProbSparse does {ps_saving:.0f}× fewer FLOPs")
-
-# %%
 assert ps_exponent["dense"] > 1.99 and ps_exponent["ProbSparse, c = 5"] < 1.3
 
 # %% [markdown]
@@ -975,10 +1356,63 @@ assert ps_exponent["dense"] > 1.99 and ps_exponent["ProbSparse, c = 5"] < 1.3
 # makes the right answer known. An image is four real test digits tiled 2 × 2 (16 × 16
 # pixels, cut into 16 patches of 4 × 4), and the "text" is four words, *top-left*,
 # *top-right*, *bottom-left* and *bottom-right*, each of which must name the digit in its
-# quadrant (`ch07.QuadrantReader`: patch embedding with learned positions, four learned word
-# vectors, one `CrossAttentionBlock` with 2 heads, a linear read-out per word). Nothing tells
-# a word where its quadrant is; it must find out from the loss. 300 steps of Adam on batches
-# of 32 training composites, three seeds, tested on 500 composites of test digits.
+# quadrant. Nothing tells a word where its quadrant is; it must find out from the loss.
+
+# %%
+#| export
+QUADRANTS = ("top-left", "top-right", "bottom-left", "bottom-right")
+
+
+def quadrant_batch(
+    batch_size: int, images: Tensor, labels: Tensor, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """Four random digits ``images (N, 8, 8)`` tiled 2 × 2: ``(B, 1, 16, 16)``, and the digit
+    in each quadrant in the order of `QUADRANTS`, ``(B, 4)``."""
+    idx = torch.randint(0, len(labels), (batch_size, 4), generator=generator)  # (B, 4)
+    tiles = images[idx]  # (B, 4, 8, 8)
+    top = torch.cat([tiles[:, 0], tiles[:, 1]], dim=-1)  # (B, 8, 16)
+    bottom = torch.cat([tiles[:, 2], tiles[:, 3]], dim=-1)  # (B, 8, 16)
+    return torch.cat([top, bottom], dim=-2).unsqueeze(1), labels[idx]  # (B,1,16,16), (B,4)
+
+
+def quadrant_patch_mask(image_size: int = 16, patch_size: int = 4) -> Tensor:
+    """Bool ``(4, N)``: which of the ``N`` row-major patches lie in each quadrant."""
+    side = image_size // patch_size
+    rows = torch.arange(side)[:, None].expand(side, side).reshape(-1)  # (N,)
+    cols = torch.arange(side)[None, :].expand(side, side).reshape(-1)  # (N,)
+    top, left = rows < side // 2, cols < side // 2
+    return torch.stack([top & left, top & ~left, ~top & left, ~top & ~left])  # (4, N)
+
+
+class QuadrantReader(nn.Module):
+    """Four learned "word" queries read a 16 × 16 image through one cross-attention block.
+
+    Patch tokens (`PatchEmbedding`, 4 × 4 pixels, plus a learned position each) are the keys
+    and values; each word of `QUADRANTS` is a learned vector; a linear layer turns each word's
+    output into a digit. ``forward(images (B, 1, 16, 16), need_weights=False) -> logits
+    (B, 4, 10)`` (and the weights ``(B, H, 4, N)``: which patches each word read).
+    """
+
+    def __init__(self, d_model: int = 32, num_heads: int = 2, patch_size: int = 4) -> None:
+        super().__init__()
+        self.patches = PatchEmbedding(16, patch_size, 1, d_model)
+        self.position = nn.Parameter(torch.randn(self.patches.num_patches, d_model) * 0.02)
+        self.words = nn.Parameter(torch.randn(len(QUADRANTS), d_model))
+        self.cross = CrossAttentionBlock(d_model, num_heads, 2 * d_model)
+        self.out = nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, 10))
+
+    def forward(self, images: Tensor, need_weights: bool = False):
+        patches = self.patches(images) + self.position  # (B, N, D)
+        words = self.words.expand(images.shape[0], -1, -1)  # (B, 4, D)
+        if need_weights:
+            read, weights = self.cross(words, patches, need_weights=True)  # (B,4,D), (B,H,4,N)
+            return self.out(read), weights  # (B, 4, 10)
+        return self.out(self.cross(words, patches))  # (B, 4, 10)
+
+
+# %% [markdown]
+# 300 steps of Adam on batches of 32 training composites, three seeds, tested on 500
+# composites of test digits.
 #
 # **Threshold, from the claim.** If words find "their" patches, each word's attention mass on
 # its quadrant (4 of the 16 patches: 0.25 if attention were uniform) must be at least
@@ -986,20 +1420,20 @@ assert ps_exponent["dense"] > 1.99 and ps_exponent["ProbSparse, c = 5"] < 1.3
 # with accuracy of at least 0.8 (chance 0.1).
 
 # %% tags=["nbval-check-output"] tolerance="trained"
-MIN_MASS, MIN_READ_ACC, READER_STEPS = 0.5, 0.8, 300
-quadrants = ch07.quadrant_patch_mask()  # (4, 16) bool: the patches of each quadrant
+READER_STEPS = 300
+quadrants = quadrant_patch_mask()  # (4, 16) bool: the patches of each quadrant
 
 
 def train_reader(seed: int):
     torch.manual_seed(seed)
-    reader = ch07.QuadrantReader()
+    reader = QuadrantReader()
     log = fit(
         reader,
-        lambda g: ch07.quadrant_batch(32, data.train_images, data.train_labels, g),
+        lambda g: quadrant_batch(32, data.train_images, data.train_labels, g),
         lambda m, b: nn.functional.cross_entropy(m(b[0]).reshape(-1, 10), b[1].reshape(-1)),
         steps=READER_STEPS, lr=3e-3, data_seed=seed + 1, threads=1,
     )  # fmt: skip
-    test_x, test_y = ch07.quadrant_batch(
+    test_x, test_y = quadrant_batch(
         500, data.test_images, data.test_labels, torch.Generator().manual_seed(seed + 2)
     )
     with torch.no_grad():
@@ -1015,7 +1449,7 @@ readers = {seed: train_reader(seed) for seed in progress(SEEDS, desc="quadrant r
 read_accuracy = spread([r["accuracy"] for r in readers.values()])
 read_mass = {
     w: spread([float(r["mass"][i]) for r in readers.values()])
-    for i, w in enumerate(ch07.QUADRANTS)
+    for i, w in enumerate(QUADRANTS)
 }
 print(f"digit read correctly: {read_accuracy.format('.3f')}")
 for word, s in read_mass.items():
@@ -1028,7 +1462,7 @@ fig, axes = plt.subplots(1, 5, figsize=(13, 3.0), layout="constrained")
 test_x, test_y = reader0["test"]
 axes[0].imshow(test_x[image_id, 0], cmap="gray_r")
 axes[0].set_title(f"test image: {' '.join(str(int(d)) for d in test_y[image_id])}")
-for i, word in enumerate(ch07.QUADRANTS):
+for i, word in enumerate(QUADRANTS):
     heat = reader0["weights"][image_id, i].view(4, 4)  # (4, 4) patch grid
     up = heat.repeat_interleave(4, 0).repeat_interleave(4, 1)  # (16, 16) pixels
     axes[i + 1].imshow(test_x[image_id, 0], cmap="gray_r")
@@ -1043,17 +1477,17 @@ fig.suptitle("C27: cross-attention from four words to the 16 patches of one test
 bar = fig.colorbar(shown, ax=axes, label="attention weight per patch (mean of 2 heads)")
 
 # %%
-ch07.assert_c27_words_find_their_patches(
+reader_results = dict(
     mass=[r["mass"].tolist() for r in readers.values()],
     accuracy=[r["accuracy"] for r in readers.values()],
-    min_mass=MIN_MASS, min_accuracy=MIN_READ_ACC,
-)  # fmt: skip
+)
+claims07.assert_c27_words_find_their_patches(**reader_results)
 record_claim(
     "C27 cross",
     claim="Cross-attention connects text tokens to image patches",
     experiment=f"4 word queries → 16 patches of 2×2 tiled real digits, one CrossAttentionBlock "
     f"(2 heads), {READER_STEPS} steps, 3 seeds",
-    verdict="reproduced",
+    verdict=claims07.c27_cross_verdict(**reader_results),
     measured=f"mass on the word's quadrant ≥ {min(s.min for s in read_mass.values()):.2f} "
     f"(uniform 0.25) for every word and seed; digits read {read_accuracy.format('.3f')}",
 )
@@ -1095,7 +1529,7 @@ other = torch.randn(1, 16).expand(B_CHECK, -1)  # (B, 16): every caption the sam
 uniform_loss = float(clip_contrastive_loss(same, other, 1 / 0.07))
 print(f"B = {B_CHECK}: loss with all logits equal {uniform_loss:.6f}, "
       f"ln B = {math.log(B_CHECK):.6f}")  # fmt: skip
-ch07.assert_clip_uniform_loss(uniform_loss, B_CHECK)
+claims07.assert_clip_uniform_loss(uniform_loss, B_CHECK)
 
 # %% [markdown]
 # Our pairs are built from the digits: a picture is two real training digits side by side
@@ -1110,12 +1544,150 @@ ch07.assert_clip_uniform_loss(uniform_loss, B_CHECK)
 # *test* digits, one per caption: for each picture, is its own caption the most similar of
 # the 100 (image → text), and for each caption, is its own picture (text → image)? Chance is
 # 1 in 100 each way.
-#
+
+# %%
+#| export
+def by_class(labels: Tensor, num_classes: int = 10) -> list[Tensor]:
+    """Indices of each class: ``[indices of label 0, indices of label 1, ...]``."""
+    return [torch.nonzero(labels == c).squeeze(1) for c in range(num_classes)]
+
+
+def digit_pair_batch(
+    batch_size: int, images: Tensor, labels: Tensor, generator: torch.Generator, *,
+    classes: list[Tensor] | None = None,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """``batch_size <= 100`` pictures of two digits side by side, ``(B, 1, 8, 16)``, and their
+    captions ``(B, 2)`` (the two classes, left to right), all captions distinct (drawn without
+    replacement), each digit image drawn at random from its class."""
+    batch_size = check_positive_int("batch_size", batch_size)
+    if batch_size > 100:
+        raise ValueError(
+            f"batch_size must be <= 100 (distinct two-digit captions), got {batch_size}"
+        )
+    classes = by_class(labels) if classes is None else classes
+    captions = torch.randperm(100, generator=generator)[:batch_size]  # (B,) pair ids
+    pair = torch.stack([captions // 10, captions % 10], dim=1)  # (B, 2)
+    picks = torch.empty_like(pair)  # (B, 2): an image index per digit
+    for c in range(10):
+        where = pair == c
+        n = int(where.sum())
+        if n:
+            pool = classes[c]
+            picks[where] = pool[torch.randint(0, len(pool), (n,), generator=generator)]
+    tiles = images[picks]  # (B, 2, 8, 8)
+    pictures = torch.cat([tiles[:, 0], tiles[:, 1]], dim=-1).unsqueeze(1)  # (B, 1, 8, 16)
+    return pictures, pair
+
+
+class CaptionEncoder(nn.Module):
+    """Token embedding + learned positions → one pre-LN encoder layer → mean over tokens:
+    ``forward(captions (B, Lt)) -> (B, d_model)``. Positions matter: "3 7" is not "7 3"."""
+
+    def __init__(self, vocab_size: int = 10, length: int = 2, d_model: int = 32) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.position = nn.Parameter(torch.randn(length, d_model) * 0.02)
+        self.encoder = Encoder(
+            d_model, 2, 2 * d_model, num_layers=1, pre_ln=True, activation="gelu"
+        )
+
+    def forward(self, captions: Tensor) -> Tensor:
+        x = self.embed(captions) + self.position  # (B, Lt, D)
+        return self.encoder(x).mean(1)  # (B, D)
+
+
+class TinyCLIP(nn.Module):
+    """A one-layer ViT for the pictures (8 × 16 pixels, 4 × 4 patches + [CLS]) and a
+    `CaptionEncoder`, projected to a shared ``embed_dim`` by `CLIPHead`.
+
+    ``logit_scale=None``: the scale ``1/τ`` is learned (from CLIP's 1/0.07); a number: fixed.
+    ``logits(images, captions) -> (B_img, B_txt)``; ``forward`` returns the symmetric loss.
+    """
+
+    def __init__(
+        self, d_model: int = 32, embed_dim: int = 32, *, logit_scale: float | None = None
+    ) -> None:
+        super().__init__()
+        self.image_encoder = VisionTransformer(
+            (8, 16), 4, 1, d_model, d_model=d_model, num_heads=2, num_layers=1, d_ff=2 * d_model
+        )
+        self.text_encoder = CaptionEncoder(10, 2, d_model)
+        self.head = CLIPHead(d_model, d_model, embed_dim)
+        if logit_scale is not None and not logit_scale > 0:
+            raise ValueError(f"logit_scale must be > 0 or None (learned), got {logit_scale}")
+        self.fixed_scale = logit_scale
+        if logit_scale is not None:
+            self.head.log_logit_scale.requires_grad_(False)
+
+    def scale(self) -> Tensor | float:
+        """``1 / temperature`` in use."""
+        return self.head.logit_scale() if self.fixed_scale is None else self.fixed_scale
+
+    def logits(self, images: Tensor, captions: Tensor) -> Tensor:
+        image_emb = self.head.image_projection(self.image_encoder(images))  # (B, E)
+        text_emb = self.head.text_projection(self.text_encoder(captions))  # (B, E)
+        return clip_logits(image_emb, text_emb, self.scale())  # (B_img, B_txt)
+
+    def forward(self, images: Tensor, captions: Tensor) -> Tensor:
+        logits = self.logits(images, captions)  # (B, B)
+        targets = torch.arange(logits.shape[0])  # (B,): pair i is row i and column i
+        return (F.cross_entropy(logits, targets) + F.cross_entropy(logits.T, targets)) / 2
+
+
+def retrieval_accuracy(logits: Tensor) -> tuple[float, float]:
+    """Top-1 retrieval when pair ``i`` is row and column ``i`` of ``logits (B, B)``: (image →
+    text, text → image). Chance is ``1 / B`` each."""
+    check_float("logits", logits)
+    check_rank("logits", logits, 2, "[images, texts]")
+    if logits.shape[0] != logits.shape[1]:
+        raise ValueError(f"logits must be square (B, B), got {tuple(logits.shape)}")
+    target = torch.arange(logits.shape[0], device=logits.device)  # (B,)
+    image_to_text = float((logits.argmax(1) == target).float().mean())
+    text_to_image = float((logits.argmax(0) == target).float().mean())
+    return image_to_text, text_to_image
+
+
+def train_clip(
+    train: tuple[Tensor, Tensor], test: tuple[Tensor, Tensor], *, seed: int, steps: int,
+    logit_scale: float | None = None, batch_size: int = 32, lr: float = 3e-3,
+) -> dict:  # fmt: skip
+    """Train a `TinyCLIP` on `digit_pair_batch` batches of ``train = (images, labels)``
+    (parameters from ``seed``, batches from ``seed + 1``); retrieval among 100 pairs of test
+    digits (from ``seed + 2``): ``{"image_to_text", "text_to_image", "final_scale",
+    "losses"}``."""
+    from book.experiments.training import fit, torch_threads  # the book's training loop
+
+    torch.manual_seed(seed)
+    model = TinyCLIP(logit_scale=logit_scale)
+    train_classes = by_class(train[1])
+    log = fit(
+        model, lambda g: digit_pair_batch(batch_size, *train, g, classes=train_classes),
+        lambda m, batch: m(*batch),  # the symmetric contrastive loss
+        steps=steps, lr=lr, data_seed=seed + 1, threads=1,
+    )  # fmt: skip
+    pictures, captions = digit_pair_batch(100, *test, torch.Generator().manual_seed(seed + 2))
+    with torch.no_grad(), torch_threads(1):
+        i2t, t2i = retrieval_accuracy(model.logits(pictures, captions))
+    return {"image_to_text": i2t, "text_to_image": t2i,
+            "final_scale": float(torch.as_tensor(model.scale()).detach()),
+            "losses": log.losses}  # fmt: skip
+
+
+def contrastive_loss_floor(batch_size: int, logit_scale: float) -> float:
+    """The lowest symmetric contrastive loss ``B`` pairs can reach at a fixed scale ``s``:
+    the regular simplex, ``ln(1 + (B - 1)·exp(-s·B/(B-1)))`` (needs ``embed_dim >= B - 1``)."""
+    b = check_positive_int("batch_size", batch_size)
+    if b < 2:
+        raise ValueError(f"batch_size must be >= 2 for a contrast, got {b}")
+    return math.log1p((b - 1) * math.exp(-logit_scale * b / (b - 1)))
+
+
+# %% [markdown]
 # The temperature's role: the logits are cosines divided by $\tau$, so with $\tau = 1$ they
 # stay within $[-1, 1]$ and no softmax over 32 of them can be confident. The lowest loss any
 # embedding can reach at a fixed scale $s = 1/\tau$ is that of the regular simplex (matching
 # pairs at cosine 1, all others at $-1/(B-1)$):
-# $\ln\bigl(1 + (B-1)\, e^{-s B/(B-1)}\bigr)$ (`ch07.contrastive_loss_floor`). We train the same
+# $\ln\bigl(1 + (B-1)\, e^{-s B/(B-1)}\bigr)$ (`contrastive_loss_floor`). We train the same
 # model a second time with the scale fixed at 1.
 #
 # **Thresholds, from the claim.** Alignment works if retrieval is at least ten times chance
@@ -1123,24 +1695,24 @@ ch07.assert_clip_uniform_loss(uniform_loss, B_CHECK)
 # temperature matters if the runs at $\tau = 1$ retrieve worse on average in both directions.
 
 # %% tags=["nbval-check-output"] tolerance="trained"
-MIN_RETRIEVAL, CLIP_STEPS = 0.10, 250
+CLIP_STEPS = 250
 train_pairs = (data.train_images, data.train_labels)
 test_pairs = (data.test_images, data.test_labels)
 clip_runs = {
-    (scale, seed): ch07.train_clip(
+    (scale, seed): train_clip(
         train_pairs, test_pairs, seed=seed, steps=CLIP_STEPS, logit_scale=scale
     )
     for scale in (None, 1.0)
     for seed in progress(SEEDS, desc="tiny CLIP")
 }
 retrieval = {
-    (scale, direction): spread([getattr(clip_runs[scale, s], direction) for s in SEEDS])
+    (scale, direction): spread([clip_runs[scale, s][direction] for s in SEEDS])
     for scale in (None, 1.0)
     for direction in ("image_to_text", "text_to_image")
 }
-floor_at_1 = ch07.contrastive_loss_floor(32, 1.0)
+floor_at_1 = contrastive_loss_floor(32, 1.0)
 final_loss = {
-    scale: spread([sum(clip_runs[scale, s].losses[-20:]) / 20 for s in SEEDS])
+    scale: spread([sum(clip_runs[scale, s]["losses"][-20:]) / 20 for s in SEEDS])
     for scale in (None, 1.0)
 }
 for scale in (None, 1.0):
@@ -1148,7 +1720,7 @@ for scale in (None, 1.0):
     print(f"{name}: image → text {retrieval[scale, 'image_to_text'].format('.2f')}, "
           f"text → image {retrieval[scale, 'text_to_image'].format('.2f')}; "
           f"final loss {final_loss[scale].format('.3f')}")  # fmt: skip
-learned_scales = [clip_runs[None, s].final_scale for s in SEEDS]
+learned_scales = [clip_runs[None, s]["final_scale"] for s in SEEDS]
 print(f"learned 1/τ after training: {', '.join(f'{v:.1f}' for v in learned_scales)} "
       f"(start {1 / 0.07:.1f}); lowest possible loss at τ = 1, B = 32: {floor_at_1:.3f}; "
       f"chance loss ln 32 = {math.log(32):.3f}")  # fmt: skip
@@ -1157,7 +1729,7 @@ print(f"learned 1/τ after training: {', '.join(f'{v:.1f}' for v in learned_scal
 fig, axes = plt.subplots(1, 2, figsize=(12, 4))
 for scale, label in ((None, "learned τ"), (1.0, "τ = 1")):
     for s in SEEDS:
-        axes[0].plot(moving_average(clip_runs[scale, s].losses, 10),
+        axes[0].plot(moving_average(clip_runs[scale, s]["losses"], 10),
                      color="tab:blue" if scale is None else "tab:orange", lw=1,
                      label=f"{label}" if s == 0 else None)  # fmt: skip
 reference_line(axes[0], math.log(32), "chance: ln 32")
@@ -1181,16 +1753,18 @@ plot_bar_spread(
 fig.tight_layout()
 
 # %%
-ch07.assert_c27_clip_aligns(
+learned_retrieval = dict(
     image_to_text=retrieval[None, "image_to_text"].values,
     text_to_image=retrieval[None, "text_to_image"].values,
-    min_retrieval=MIN_RETRIEVAL,
 )
-ch07.assert_c27_temperature_matters(
+claims07.assert_c27_clip_aligns(**learned_retrieval)
+by_scale = dict(
     learned=(retrieval[None, "image_to_text"].values, retrieval[None, "text_to_image"].values),
     fixed=(retrieval[1.0, "image_to_text"].values, retrieval[1.0, "text_to_image"].values),
-    fixed_losses=final_loss[1.0].values, floor=floor_at_1,
-)  # fmt: skip
+)
+claims07.assert_c27_temperature_matters(
+    **by_scale, fixed_losses=final_loss[1.0].values, floor=floor_at_1
+)
 record_claim(
     "C27 CLIP",
     claim="CLIP aligns paired image and text embeddings by a contrastive loss, after "
@@ -1198,7 +1772,7 @@ record_claim(
     experiment=f"tiny CLIP (1-layer ViT + 1-layer text encoder, CLIPHead to width 32) on "
     f"two-digit pictures and captions, {CLIP_STEPS} steps, 3 seeds; retrieval among 100 test "
     "pairs",
-    verdict="reproduced",
+    verdict=claims07.c27_clip_verdict(**learned_retrieval),
     measured=f"image → text {retrieval[None, 'image_to_text'].format('.2f')}, text → image "
     f"{retrieval[None, 'text_to_image'].format('.2f')} (chance 0.01); loss with equal logits "
     f"= ln B to {abs(uniform_loss - math.log(B_CHECK)):.0e}",
@@ -1207,7 +1781,7 @@ record_claim(
     "C27 τ",
     claim="The temperature matters: cosine logits need a scale (CLIP learns 1/τ)",
     experiment="the same tiny CLIP with 1/τ fixed at 1, 3 seeds",
-    verdict="reproduced",
+    verdict=claims07.c27_temperature_verdict(**by_scale),
     measured=f"τ = 1: image → text {retrieval[1.0, 'image_to_text'].format('.2f')}, text → "
     f"image {retrieval[1.0, 'text_to_image'].format('.2f')}; final loss "
     f"{final_loss[1.0].format('.2f')} ≥ floor {floor_at_1:.2f}; learned 1/τ "
@@ -1216,26 +1790,21 @@ record_claim(
 
 # %% [markdown]
 # With the learned temperature the tiny CLIP retrieves the right caption for 0.31 of the
-# held-out pictures and the right picture for 0.43 of the captions, against 0.01 by chance,
-# at every seed well above the threshold. It has learned, without a single class label, which
-# digit shapes go with which words and in which order. With $\tau = 1$ both directions drop to
-# about 0.2, and the loss stalls at 2.73, close to the lowest value that scale allows (2.488)
-# and far from the learned runs' 0.99: the embeddings cannot express more confidence than the
-# scale lets through, so the gradients stop pushing pairs apart long before they are well
-# separated. (The learned runs *start* above $\ln 32$: at a scale of 14.3, even random
-# embeddings give confident logits, and confidently wrong ones cost more than uniform ones.)
-# The learned scale ends near 16, a little above its starting point, 14.3: the
-# model asked for sharper logits. That is why CLIP learns $\tau$ rather than fixing it (and
-# why it clamps $1/\tau$ at 100: unbounded, it can run away and destabilise training).
+# held-out pictures and the right picture for 0.43 of the captions (chance 0.01), at every
+# seed above the threshold, without a single class label. With $\tau = 1$ both directions drop
+# to about 0.2, and the loss stalls at 2.73, close to the lowest value that scale allows
+# (2.488) and far from the learned runs' 0.99: cosine logits confined to $[-1, 1]$ cannot
+# express a confident match. (The learned runs *start* above $\ln 32$: at a scale of 14.3,
+# random embeddings give confident, wrong logits.) The learned scale ends near 16, a little
+# above its start, 14.3. So the experiment shows that the scale must be large; it does not
+# show that *learning* it beats fixing it near 14.3, which it did not try.
 #
-# What the small scale cannot show: CLIP's reason for being is zero-shot transfer — hundreds of
-# millions of web pairs and an open vocabulary, so that any new class can be named in words. Our
-# vocabulary is ten tokens and our "captions" are closed-form, so retrieval here is a
-# well-posed matching problem, not open-ended understanding. Everything the claim says about
-# the *mechanism* — two encoders, a projection to a shared width, a symmetric contrastive
-# loss, a temperature — is what we built and measured. **Verdict on C27: reproduced**, for
-# both the cross-attention and the contrastive alignment, with the temperature as an
-# ingredient that matters.
+# What the small scale cannot show: zero-shot transfer, CLIP's reason for being, which needs
+# hundreds of millions of web pairs and an open vocabulary; ours has ten tokens, so retrieval
+# here is a matching problem. The mechanism the claim describes — two encoders, a projection
+# to a shared width, a symmetric contrastive loss, a temperature — is what we built and
+# measured. **Verdict on C27: reproduced**, for both the cross-attention and the contrastive
+# alignment.
 #
 # ## Claims checked
 

@@ -50,37 +50,16 @@ import torch
 from matplotlib.patches import Patch
 from torch import nn
 
+import book.claims.ch08 as claims
 from attention.functional import scaled_dot_product_attention
 from attention.heads import MultiHeadAttention, SelfAttention, merge_heads, split_heads
 from attention.masks import causal_mask, from_torch_attn_mask
 from book.claims import claims_table, record_claim
 from book.diagrams.ch08 import merge_layouts, split_layouts, weight_layout
-from book.experiments.ch08 import (
-    ARTICLE_TESTS,
-    CORRECT,
-    FAILED,
-    LAYOUTS,
-    PASSED,
-    SILENT_WRONG,
-    TESTS,
-    WRONG,
-    HandMultiHeadAttention,
-    accuracy_spreads,
-    assert_c28_one_head,
-    assert_c28_ruins,
-    assert_test_catches,
-    assert_tests_catch_together,
-    assert_tests_miss,
-    interleaved_as_correct,
-    interleaved_twin_state,
-    make_attention,
-    one_head_equal,
-    outcome_table,
-    train_layout,
-)
 from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.plotting import plot_bar_spread, set_style
 from book.progress import progress
+from book.sceptic import sweep_summary
 
 set_style()
 make_deterministic(0)
@@ -235,13 +214,10 @@ class MyMultiHeadAttention(nn.Module):
 
 mine = MyMultiHeadAttention(D, H)
 mine.load_state_dict(package_mha.state_dict())
-book_module = HandMultiHeadAttention(D, H, layout=CORRECT)  # used for the experiments below
-book_module.load_state_dict(package_mha.state_dict())
 with torch.no_grad():
     for mask in (None, allowed):
         want = package_mha(x, mask=mask)  # (B, L, D)
         torch.testing.assert_close(mine(x, mask), want)
-        torch.testing.assert_close(book_module(x, mask=mask), want)
 print("MyMultiHeadAttention = attention.heads.MultiHeadAttention, without and with a mask: ✓")
 
 # %% [markdown]
@@ -309,12 +285,39 @@ with torch.no_grad():
 print("by hand = nn.MultiheadAttention with the same weights: outputs, weights, layouts ✓")
 
 # %% [markdown]
+# **The most common silent bug with torch's module** is point 3: a module built with the
+# default `batch_first=False` and fed `(B, L, D)`. It runs and returns the right shape, but it
+# reads the batch axis as the sequence: each token attends to the tokens at the same position
+# in the *other sequences of the batch*, never to its own neighbours. A shape test cannot see
+# it, and neither can the permutation test of section 8.5: shuffling the positions shuffles
+# what the module takes for separate sequences, so the output shuffles along. Two tests do:
+# the comparison with a `batch_first=True` module given the same weights, and *batch
+# independence* — change sequence 1 only, and sequence 0's output must not move.
+
+# %%
+with torch.no_grad():
+    wrong = seq_first(x, x, x)[0]  # (B, L, D) read as (L', B', D) with L' = B, B' = L
+    other = x.clone()  # (B, L, D)
+    other[1] = torch.randn(L, D, generator=torch.Generator().manual_seed(4))  # sequence 1 only
+    moved = (seq_first(other, other, other)[0][0] - wrong[0]).abs().max().item()
+    kept = (torch_mha(other, other, other)[0][0] - theirs[0]).abs().max().item()
+    perm = torch.randperm(L, generator=torch.Generator().manual_seed(2))
+    shuffled = seq_first(x[:, perm], x[:, perm], x[:, perm])[0]  # (B, L, D)
+    equivariant = torch.allclose(shuffled, wrong[:, perm], atol=1e-5)
+print(f"batch_first=False fed (B, L, D): output {tuple(wrong.shape)}, equal to the right "
+      f"result: {torch.allclose(wrong, ours)}")  # fmt: skip
+print(f"changing sequence 1 moves sequence 0's output by {moved:.2g} "
+      f"(batch_first=True: {kept:.2g}); the permutation test passes it: {equivariant}")
+assert wrong.shape == x.shape and not torch.allclose(wrong, ours)
+assert moved > 1e-3 and kept < 1e-6 and equivariant
+
+# %% [markdown]
 # The forgiving details are worth knowing too: torch scales by $1/\sqrt{d_k}$ with the head
 # width, as we do; in evaluation mode without gradients it may take a fused "fast path",
 # whose results differ from the step-by-step ones only by rounding (the comparisons above use
 # `assert_close`'s float32 tolerances for that reason). From here on the chapter uses the
-# package's layer as the reference and the book's `HandMultiHeadAttention` — the class above
-# with the split and merge as a parameter — for the broken variants.
+# package's layer as the reference and, for the broken variants, `HandMultiHeadAttention`
+# (section 8.4): the class above with the split and merge as a parameter.
 
 # %% [markdown]
 # ## 8.4 C28: the wrong orders
@@ -324,7 +327,152 @@ print("by hand = nn.MultiheadAttention with the same weights: outputs, weights, 
 #
 # **The usual wrong versions.** We collected the ones that turn up in practice. Each gives
 # the right shape; the table lists its split and merge as one would write them (`x` is a
-# projection `(B, L, D)`, `out` the attention's output), and what it does to the data:
+# projection `(B, L, D)`, `out` the attention's output), and what it does to the data. Each
+# layout is a pair of functions and the same two lines as a reader writes them (the book's
+# tests check that the strings do what the functions do).
+
+# %%
+#| export
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from attention.blocks import FeedForward
+from attention.checks import check_choice, check_positive_int
+from attention.functional import scaled_dot_product_attention
+from attention.heads import MultiHeadAttention
+from attention.positional import RotaryEmbedding
+from book.experiments.tasks import (
+    RELATIONS,
+    pairs_batch,
+    pairs_loss,
+    pairs_vocab_size,
+    relation_accuracy,
+)
+from book.experiments.training import fit, torch_threads
+
+Tensor = torch.Tensor
+
+
+def _split_correct(x: Tensor, num_heads: int) -> Tensor:
+    b, l, d = x.shape
+    return x.view(b, l, num_heads, d // num_heads).transpose(1, 2)  # (B, H, L, Dh)
+
+
+def _merge_correct(out: Tensor, b: int, l: int, d: int) -> Tensor:
+    return out.transpose(1, 2).contiguous().view(b, l, d)  # (B, L, D)
+
+
+def _split_reshape(x: Tensor, num_heads: int) -> Tensor:
+    b, l, d = x.shape
+    return x.view(b, num_heads, l, d // num_heads)  # (B, H, L, Dh): right shape, wrong content
+
+
+def _merge_reshape(out: Tensor, b: int, l: int, d: int) -> Tensor:
+    return out.reshape(b, l, d)  # (B, L, D): right shape, wrong content
+
+
+def _merge_no_contiguous(out: Tensor, b: int, l: int, d: int) -> Tensor:
+    return out.transpose(1, 2).view(b, l, d)  # raises once H > 1 and L > 1
+
+
+def _split_transpose_first(x: Tensor, num_heads: int) -> Tensor:
+    b, l, d = x.shape
+    return x.transpose(1, 2).reshape(b, num_heads, l, d // num_heads)  # (B, H, L, Dh)
+
+
+def _split_no_transpose(x: Tensor, num_heads: int) -> Tensor:
+    b, l, d = x.shape
+    return x.view(b, l, num_heads, d // num_heads)  # (B, L, H, Dh): "heads" play sequence
+
+
+def _split_interleaved(x: Tensor, num_heads: int) -> Tensor:
+    b, l, d = x.shape
+    return x.view(b, l, d // num_heads, num_heads).permute(0, 3, 1, 2)  # (B, H, L, Dh)
+
+
+@dataclass(frozen=True)
+class HeadLayout:
+    """One way to split ``(B, L, D)`` into heads and merge them back.
+
+    ``split(x, num_heads)`` maps ``(B, L, D)`` to the 4-D tensor the attention runs on (for
+    the right layout ``(B, H, L, Dh)``); ``merge(out, B, L, D)`` maps the attention's output
+    back to ``(B, L, D)``. ``split_code`` and ``merge_code`` are the same operations as a
+    reader writes them (``B, L, H, Dh, D`` as local names).
+    """
+
+    name: str
+    split: Callable[[Tensor, int], Tensor]
+    merge: Callable[[Tensor, int, int, int], Tensor]
+    split_code: str
+    merge_code: str
+    effect: str  # what it does to the data, in a few words
+    keeps_tokens: bool  # every head row holds one whole token's features, at its position
+    silent: bool = True  # runs without error for H > 1
+
+
+CORRECT = "correct"
+_RIGHT_MERGE = "out.transpose(1, 2).contiguous().view(B, L, D)"
+LAYOUTS: dict[str, HeadLayout] = {
+    layout.name: layout
+    for layout in (
+        HeadLayout(CORRECT, _split_correct, _merge_correct,
+                   "x.view(B, L, H, Dh).transpose(1, 2)", _RIGHT_MERGE,
+                   "head h gets features h*Dh ... (h+1)*Dh - 1 of every token", keeps_tokens=True),
+        HeadLayout("reshape split", _split_reshape, _merge_correct,
+                   "x.view(B, H, L, Dh)", _RIGHT_MERGE,
+                   "head h gets whole tokens (h*L/H onwards), each cut into H pieces of Dh",
+                   keeps_tokens=False),
+        HeadLayout("reshape merge", _split_correct, _merge_reshape,
+                   "x.view(B, L, H, Dh).transpose(1, 2)", "out.view(B, L, D)",
+                   "the heads' outputs are glued token-block by token-block: rows of tokens mix",
+                   keeps_tokens=False),
+        HeadLayout("reshape both", _split_reshape, _merge_reshape,
+                   "x.view(B, H, L, Dh)", "out.view(B, L, D)",
+                   "split and merge undo each other, but head h only sees tokens h*L/H ... "
+                   "(a block of the sequence), each cut into pieces", keeps_tokens=False),
+        HeadLayout("transpose first", _split_transpose_first, _merge_correct,
+                   "x.transpose(1, 2).reshape(B, H, L, Dh)", _RIGHT_MERGE,
+                   "head h keeps its features, read feature by feature: each 'token' mixes "
+                   "positions", keeps_tokens=False),
+        HeadLayout("no transpose", _split_no_transpose, _merge_reshape,
+                   "x.view(B, L, H, Dh)", "out.reshape(B, L, D)",
+                   "attention runs over each token's H slices: tokens never see each other",
+                   keeps_tokens=False),
+        HeadLayout("interleaved", _split_interleaved, _merge_correct,
+                   "x.view(B, L, Dh, H).permute(0, 3, 1, 2)", _RIGHT_MERGE,
+                   "head h gets features h, h+H, h+2H, ... of every token: a fixed permutation",
+                   keeps_tokens=True),
+        HeadLayout("no contiguous", _split_correct, _merge_no_contiguous,
+                   "x.view(B, L, H, Dh).transpose(1, 2)", "out.transpose(1, 2).view(B, L, D)",
+                   "the merge raises a RuntimeError (view of a transposed tensor)",
+                   keeps_tokens=True, silent=False),
+    )
+}  # fmt: skip
+WRONG = tuple(name for name in LAYOUTS if name != CORRECT)
+SILENT_WRONG = tuple(name for name in WRONG if LAYOUTS[name].silent)
+
+
+def get_layout(layout: str | HeadLayout) -> HeadLayout:
+    if isinstance(layout, HeadLayout):
+        return layout
+    return LAYOUTS[check_choice("layout", layout, tuple(LAYOUTS))]
+
+
+def source_map(layout: str | HeadLayout, seq_len: int, d_model: int, num_heads: int) -> Tensor:
+    """Where each entry of the split tensor comes from: ``(*split shape, 2)`` int64 holding
+    (token, feature) of the input ``(1, L, D)`` (batch axis dropped)."""
+    lay = get_layout(layout)
+    token = torch.arange(seq_len).view(1, seq_len, 1).expand(1, seq_len, d_model)  # (1, L, D)
+    feature = torch.arange(d_model).view(1, 1, d_model).expand(1, seq_len, d_model)
+    both = torch.stack([token, feature], dim=-1).contiguous()  # (1, L, D, 2)
+    # Split the (token, feature) pairs as if they were one value: apply the layout to each.
+    parts = [lay.split(both[..., i].contiguous(), num_heads)[0] for i in range(2)]
+    return torch.stack(parts, dim=-1)  # (H, L, Dh, 2) for the right layout
+
 
 # %% tags=["nbval-check-output"]
 for name, layout in LAYOUTS.items():
@@ -363,6 +511,92 @@ fig = split_layouts()
 fig = merge_layouts()
 
 # %% [markdown]
+# **The module with the layout as a parameter.** `HandMultiHeadAttention` is
+# `MyMultiHeadAttention` of section 8.2 with the split and merge taken from a layout (and
+# optional rotary positions, applied to q and k after the split, on whatever the layout made
+# of them, as a buggy model would). Its projections have the package's names, so with the
+# correct layout it loads a package layer's `state_dict` and computes the same thing.
+# `make_attention` gives every layout the same weights.
+
+# %%
+#| export
+class HandMultiHeadAttention(nn.Module):
+    """Multi-head self-attention with the head ``layout`` as a parameter: x (B, L, D) ->
+    (B, L, D). ``q_proj, k_proj, v_proj, out_proj`` are ``nn.Linear(D, D)`` as in
+    :class:`attention.heads.MultiHeadAttention` (their ``state_dict`` are interchangeable)."""
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        layout: str | HeadLayout = CORRECT,
+        bias: bool = True,
+        rotary: nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        self.d_model = check_positive_int("d_model", d_model)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        if d_model % num_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        self.layout = get_layout(layout)
+        self.rotary = rotary
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(
+        self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False,
+        need_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """``mask``: bool, True = may attend. Returns ``(B, L, D)`` (and the weights,
+        ``(B, H, L, L)`` for the right layout, whatever shape the layout's attention had
+        otherwise)."""
+        b, l, d = x.shape
+        split = self.layout.split
+        q = split(self.q_proj(x), self.num_heads)  # (B, H, L, Dh) if the layout is right
+        k = split(self.k_proj(x), self.num_heads)  # (B, H, L, Dh)
+        v = split(self.v_proj(x), self.num_heads)  # (B, H, L, Dh)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
+        out, weights = scaled_dot_product_attention(
+            q, k, v, mask, causal=causal, need_weights=True
+        )  # (B, H, L, Dh), (B, H, L, L)
+        out = self.out_proj(self.layout.merge(out, b, l, d))  # (B, L, D)
+        return (out, weights) if need_weights else out
+
+
+def make_attention(
+    layout: str | HeadLayout, d_model: int = 12, num_heads: int = 2, *, seed: int = 0
+) -> HandMultiHeadAttention:
+    """A :class:`HandMultiHeadAttention` whose weights depend on ``seed`` only (not on the
+    layout): every layout gets the same weights."""
+    torch.manual_seed(seed)
+    return HandMultiHeadAttention(d_model, num_heads, layout=layout)
+
+
+_PROJS = ("q_proj", "k_proj", "v_proj", "out_proj")
+
+
+def package_twin(module: nn.Module) -> MultiHeadAttention:
+    """The package's :class:`MultiHeadAttention` with ``module``'s four projections."""
+    twin = MultiHeadAttention(module.d_model, module.num_heads, bias=module.q_proj.bias is not None)
+    twin.load_state_dict(
+        {k: v for k, v in module.state_dict().items() if k.split(".")[0] in _PROJS}
+    )
+    return twin.train(module.training)
+
+
+# %%
+book_module = HandMultiHeadAttention(D, H, layout=CORRECT)
+book_module.load_state_dict(package_mha.state_dict())
+with torch.no_grad():
+    for mask in (None, allowed):
+        torch.testing.assert_close(book_module(x, mask=mask), package_mha(x, mask=mask))
+print("HandMultiHeadAttention, correct layout = attention.heads.MultiHeadAttention: ✓")
+
+# %% [markdown]
 # **Silent, all but one.** Every broken module runs and returns a `(B, L, D)` tensor on our
 # running example — except the one without `.contiguous()`: `view` cannot regroup the
 # transposed memory and PyTorch refuses.
@@ -399,21 +633,21 @@ else:
 # %%
 INVISIBLE_WITH_ONE_HEAD = ("reshape split", "reshape merge", "reshape both", "interleaved",
                            "no contiguous")  # fmt: skip
-equal_1 = one_head_equal(WRONG, num_heads=1, d_model=D)
-equal_3 = one_head_equal(WRONG, num_heads=H, d_model=D)
+equal_1 = claims.one_head_equal(WRONG, num_heads=1, d_model=D)
+equal_3 = claims.one_head_equal(WRONG, num_heads=H, d_model=D)
 for name in WRONG:
     print(f"{name:>16}: output equal to the correct one with 1 head: {equal_1[name]!s:>5}, "
           f"with {H} heads: {equal_3[name]}")  # fmt: skip
 
 # %%
-assert_c28_one_head(equal_1, equal_3, invisible=INVISIBLE_WITH_ONE_HEAD)
+claims.assert_c28_one_head(equal_1, equal_3, invisible=INVISIBLE_WITH_ONE_HEAD)
 n_invisible = sum(equal_1[name] for name in WRONG)
 record_claim(
     "C28 one head",
     claim="A head-layout bug is invisible with one head",
     experiment="every wrong layout against the correct one, same weights, torch.equal, "
     f"d_model {D}, 1 and {H} heads",
-    verdict="partly",
+    verdict=claims.c28_one_head_verdict(equal_1, equal_3),
     measured=f"{n_invisible} of {len(WRONG)} wrong layouts give bit-identical outputs with 1 head "
     f"({', '.join(n for n in WRONG if equal_1[n])}); all {len(WRONG)} differ with {H} heads; "
     "'transpose first' and 'no transpose' differ already with 1 head",
@@ -449,13 +683,50 @@ record_claim(
 # into one head's "token", and nothing in the weights can undo that. So:
 #
 # - the correct layout must learn the task: every seed's held-out accuracy (both digits)
-#   at least `MIN_CORRECT` = 0.9, or the experiment cannot tell a ruined layout from a hard
+#   at least `MIN_CORRECT = 0.9`, or the experiment cannot tell a ruined layout from a hard
 #   task;
 # - "ruins results", for a layout that mixes tokens, means: its mean accuracy at least
-#   `RUIN_GAP` = 0.2 below the correct mean, and even its best seed below the correct
+#   `RUIN_GAP = 0.2` below the correct mean, and even its best seed below the correct
 #   worst seed;
-# - the interleaved layout must *not* be ruined: its best seed within `REACH` = 0.05 of the
+# - the interleaved layout must *not* be ruined: its best seed within `REACH = 0.05` of the
 #   correct mean.
+#
+# (The thresholds are constants of the chapter's claims module, `claims`.) The relabelling,
+# as code: feature `perm[j]` of a projection is what the interleaved split puts where the
+# correct split puts feature `j`.
+
+# %%
+#| export
+def _interleaved_permutation(d_model: int, num_heads: int) -> Tensor:
+    """``(D,)``: feature ``perm[j]`` of a projection is what the interleaved split puts where
+    the correct split puts feature ``j`` (head h, slot e <- feature e·H + h)."""
+    return source_map("interleaved", 1, d_model, num_heads)[:, 0, :, 1].reshape(d_model)
+
+
+def _permute_qkv(state: dict[str, Tensor], prefix: str, perm: Tensor) -> dict[str, Tensor]:
+    """``state`` with the output features (rows) of ``prefix`` + ``q_proj/k_proj/v_proj``
+    permuted by ``perm``; everything else untouched."""
+    state = dict(state)
+    for name in ("q_proj", "k_proj", "v_proj"):
+        for part in ("weight", "bias"):
+            key = f"{prefix}{name}.{part}"
+            if key in state:
+                state[key] = state[key][perm]
+    return state
+
+
+def interleaved_as_correct(module: HandMultiHeadAttention) -> HandMultiHeadAttention:
+    """A correct-layout module computing exactly what the ``"interleaved"`` ``module`` does:
+    its Q, K, V projections' output features permuted (head h, slot e <- feature e·H + h)."""
+    if module.layout.name != "interleaved":
+        raise ValueError(f"module must have the 'interleaved' layout, got {module.layout.name!r}")
+    d, h = module.d_model, module.num_heads
+    twin = HandMultiHeadAttention(
+        d, h, layout=CORRECT, bias=module.q_proj.bias is not None, rotary=module.rotary
+    )
+    twin.load_state_dict(_permute_qkv(module.state_dict(), "", _interleaved_permutation(d, h)))
+    return twin
+
 
 # %%
 interleaved = make_attention("interleaved", D, H, seed=5)
@@ -463,7 +734,100 @@ with torch.no_grad():
     difference = (interleaved(x) - interleaved_as_correct(interleaved)(x)).abs().max().item()
 print(f"interleaved(W) vs correct(W, Q/K/V rows permuted): largest difference {difference:.1e}")
 assert difference < 1e-6  # the same function: only float rounding may differ
-MIN_CORRECT, RUIN_GAP, REACH = 0.9, 0.2, 0.05
+
+# %% [markdown]
+# **The model and its training step.** Chapter 3's model with `HandMultiHeadAttention` in its
+# block, and Adam through the book's `fit` loop on the loss of both read-outs
+# (`pairs_loss`, a cross-entropy per relation). Parameters from `seed`, batches from
+# `seed + 1`, the held-out batch from `seed + 2`: every layout starts from the same weights
+# and sees the same examples.
+
+# %%
+#| export
+class LayoutPairModel(nn.Module):
+    """Embedding → one pre-LN block (:class:`HandMultiHeadAttention` with ``layout`` and RoPE,
+    then a feed-forward network) → the two digit read-outs of chapter 3's pairs task:
+    tokens ``(B, L)`` -> logits ``(B, L, 2, n_values)``."""
+
+    def __init__(
+        self, layout: str | HeadLayout, *, n_keys: int, n_values: int, d_model: int,
+        num_heads: int,
+    ) -> None:
+        super().__init__()
+        self.n_values = check_positive_int("n_values", n_values)
+        self.embed = nn.Embedding(pairs_vocab_size(n_keys, n_values), d_model)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.attn = HandMultiHeadAttention(
+            d_model, num_heads, layout=layout, rotary=RotaryEmbedding(d_model // num_heads)
+        )
+        self.norm2 = nn.LayerNorm(d_model)
+        self.ff = FeedForward(d_model, 2 * d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.readout = nn.Linear(d_model, len(RELATIONS) * n_values)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        x = self.embed(tokens)  # (B, L, D)
+        x = x + self.attn(self.norm1(x))  # (B, L, D)
+        x = x + self.ff(self.norm2(x))  # (B, L, D)
+        logits = self.readout(self.norm(x))  # (B, L, 2 * n_values)
+        return logits.unflatten(-1, (len(RELATIONS), self.n_values))  # (B, L, 2, n_values)
+
+
+@dataclass(frozen=True)
+class LayoutRun:
+    """What :func:`train_layout` measured on the held-out batch."""
+
+    layout: str
+    seed: int
+    losses: list[float]
+    accuracy: tuple[float, float]  # (previous, partner)
+
+    @property
+    def mean_accuracy(self) -> float:
+        return sum(self.accuracy) / len(self.accuracy)
+
+
+def train_layout(
+    layout: str, *, seed: int = 0, num_heads: int = 2, d_model: int = 32, n_pairs: int = 6,
+    n_values: int = 8, steps: int = 300, batch_size: int = 64, lr: float = 1e-2,
+    eval_size: int = 512, progress: bool = False,
+    initial_state: Mapping[str, Tensor] | None = None,
+) -> LayoutRun:
+    """Train :class:`LayoutPairModel` with ``layout`` on chapter 3's two-relation task (one
+    thread). ``initial_state`` (a ``state_dict``) replaces the weights drawn from ``seed``."""
+    name = get_layout(layout).name
+    torch.manual_seed(seed)
+    model = LayoutPairModel(
+        name, n_keys=n_pairs, n_values=n_values, d_model=d_model, num_heads=num_heads
+    )
+    if initial_state is not None:
+        model.load_state_dict(initial_state)
+    log = fit(
+        model,
+        lambda g: pairs_batch(batch_size, n_pairs, n_values, generator=g),
+        lambda m, batch: pairs_loss(m(batch.tokens), batch.targets),
+        steps=steps, lr=lr, data_seed=seed + 1, threads=1, progress=progress,
+        desc=f"{name}, seed {seed}",
+    )  # fmt: skip
+    held_out = pairs_batch(
+        eval_size, n_pairs, n_values, generator=torch.Generator().manual_seed(seed + 2)
+    )
+    with torch.no_grad(), torch_threads(1):
+        accuracy = relation_accuracy(model(held_out.tokens), held_out.targets)
+    return LayoutRun(name, seed, log.losses, accuracy)
+
+
+def interleaved_twin_state(
+    seed: int, *, num_heads: int = 2, d_model: int = 32, n_pairs: int = 6, n_values: int = 8
+) -> dict[str, Tensor]:
+    """The initial ``state_dict`` of a *correct*-layout :class:`LayoutPairModel` computing
+    exactly what the interleaved model of :func:`train_layout` (same ``seed``) starts from."""
+    torch.manual_seed(seed)
+    model = LayoutPairModel(
+        "interleaved", n_keys=n_pairs, n_values=n_values, d_model=d_model, num_heads=num_heads
+    )
+    return _permute_qkv(model.state_dict(), "attn.", _interleaved_permutation(d_model, num_heads))
+
 
 # %% tags=["nbval-check-output"]
 setup = {
@@ -477,7 +841,7 @@ runs = [
     train_layout(name, seed=seed)
     for name, seed in progress([(n, s) for n in TRAINED for s in SEEDS], desc="layouts x seeds")
 ]
-both = accuracy_spreads(runs)  # layout -> Spread of the mean accuracy over the two digits
+both = claims.accuracy_spreads(runs)  # layout -> Spread of the mean accuracy over the two digits
 relation = {
     rel: {n: [r.accuracy[i] for r in runs if r.layout == n] for n in TRAINED}
     for i, rel in enumerate(("previous", "partner"))
@@ -532,20 +896,14 @@ assert all(abs(a - b) < 0.05 for a, b in zip(run_interleaved.accuracy, run_twin.
                                              strict=True))  # fmt: skip
 
 # %%
-assert_c28_ruins(
-    {name: both[name].values for name in TRAINED},
-    keeps_tokens={name: LAYOUTS[name].keeps_tokens for name in TRAINED},
-    min_correct=MIN_CORRECT,
-    gap=RUIN_GAP,
-    reach=REACH,
-)
-ruined = [n for n in SILENT_WRONG if not LAYOUTS[n].keeps_tokens]
+accuracy = {name: both[name].values for name in TRAINED}
+claims.assert_c28_ruins(accuracy, keeps_tokens={n: LAYOUTS[n].keeps_tokens for n in TRAINED})
 record_claim(
     "C28",
     claim="A wrong view/transpose order runs without error, mixes the heads and ruins results",
     experiment="6 silent wrong layouts and 1 loud one; 1-layer, 2-head model (d_model 32, RoPE) "
     "on chapter 3's two-relation task, 300 steps, 3 seeds, held-out accuracy",
-    verdict="partly",
+    verdict=claims.c28_verdict(accuracy, raises=[n for n in WRONG if not LAYOUTS[n].silent]),
     measured=f"correct {both[CORRECT].format('.3f')}; "
     + "; ".join(f"{n} {mean_range(both[n])}" for n in SILENT_WRONG)
     + "; 'no contiguous' raises RuntimeError",
@@ -567,6 +925,21 @@ record_claim(
 # 300 steps were not enough for that start to leave it. So "mixes the heads" is true of all
 # six silent layouts; "ruins results" only of the five that mix *tokens* — and the
 # interleaved one still breaks the moment you load standard pretrained weights into it.
+#
+# **Under a sceptic's changes.** The verdict rests on the chapter's three seeds, its budget
+# and its two heads. Each was changed once, the whole experiment re-run and judged by the same
+# verdict function (`make sceptic CH=08`): three other seeds, a budget more than three times
+# longer, and four heads. The stored results (mean accuracy over both digits, min–max over
+# the seeds):
+
+# %% tags=["nbval-check-output"]
+print(sweep_summary("C28"))
+
+# %% [markdown]
+# The verdict holds under every change: the five layouts that mix tokens stay ruined, and
+# *interleaved* is never ruined. The longer budget also settles the unlucky seed: with it,
+# every interleaved seed learns both relations. The plateau of the detour above is a budget
+# effect, not a property of the layout — seeds 3–5 show one such stalled start too.
 
 # %% [markdown]
 # ## 8.5 Which tests catch a wrong order?
@@ -595,23 +968,11 @@ record_claim(
 # at $H = 1$.
 
 # %% [markdown]
-# The first four tests need nothing you would not write anyway; the last three are the ones
-# worth copying into your own project, because they need no reference implementation. Here
-# they are in full. Each takes a module with this chapter's interface (`module(x,
-# causal=...)` on `x` of shape `(B, L, D)`, `module.d_model`, `module.num_heads`, and for
-# head independence the four projections) and returns `True` when the module passes. They
-# all read the same fixed input, so a verdict never depends on the random numbers of the
-# day. (The cells that start with `#| export` are copied, by `make export`, into the module
-# `book.pages.ch08`, from which the table below, the exercise checks and the book's tests
-# import them: this page is their one definition.)
+# All seven take a module with this chapter's interface and return `True` when it passes.
+# The first four need nothing you would not write anyway:
 
 # %%
 #| export
-import copy
-
-import torch
-from torch import nn
-
 TEST_SHAPE = (2, 5)  # (B, L) of the inputs the tests use
 
 
@@ -620,6 +981,51 @@ def _test_input(module: nn.Module, seed: int = 0) -> torch.Tensor:
     b, l = TEST_SHAPE
     return torch.randn(b, l, module.d_model, generator=torch.Generator().manual_seed(seed))
 
+
+def shape_test(module: nn.Module) -> bool:
+    """The article's first test: ``(B, L, D)`` in, ``(B, L, D)`` out."""
+    x = _test_input(module)  # (B, L, D)
+    with torch.no_grad():
+        return tuple(module(x).shape) == tuple(x.shape)
+
+
+def causal_weights_test(module: nn.Module) -> bool:
+    """The article's second test: with a causal mask, position 0 puts all its weight on
+    position 0."""
+    x = _test_input(module)  # (B, L, D)
+    with torch.no_grad():
+        _, weights = module(x, causal=True, need_weights=True)  # (B, H, L, L)
+    row = weights[..., 0, :]  # (B, H, L): query 0's weights
+    return bool(torch.all(row[..., 0] == 1) and torch.all(row[..., 1:] == 0))
+
+
+def gradient_test(module: nn.Module) -> bool:
+    """The article's third test: after a backward pass every weight has a non-zero gradient."""
+    m = copy.deepcopy(module)
+    m.zero_grad(set_to_none=True)
+    m(_test_input(m)).pow(2).sum().backward()
+    return all(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in m.parameters())
+
+
+def torch_comparison_test(module: nn.Module, atol: float = 1e-5) -> bool:
+    """The same output as ``nn.MultiheadAttention`` given the same weights (in the package's
+    ``q_proj, k_proj, v_proj, out_proj`` layout; see :func:`package_twin`)."""
+    x = _test_input(module)  # (B, L, D)
+    reference = package_twin(module).to_torch().eval()
+    with torch.no_grad():
+        want, _ = reference(x, x, x, need_weights=False)  # (B, L, D)
+        return bool(torch.allclose(module(x), want, atol=atol))
+
+
+# %% [markdown]
+# The last three are the ones worth copying into your own project, because they need no
+# reference implementation. Each takes a module with this chapter's interface (`module(x,
+# causal=...)` on `x` of shape `(B, L, D)`, `module.d_model`, `module.num_heads`, and for
+# head independence the four projections) and returns `True` when the module passes. They
+# all read the same fixed input, so a verdict never depends on the random numbers of the
+# day. (The cells that start with `#| export` are copied, by `make export`, into the module
+# `book.pages.ch08`, from which the table below, the exercise checks and the book's tests
+# import them: this page is their one definition.)
 
 # %% [markdown]
 # **Head independence.** In correct multi-head attention, head $h$ reads only its own slice
@@ -710,8 +1116,8 @@ def future_test(module: nn.Module, atol: float = 1e-5) -> bool:
 
 
 # %%
-table = outcome_table(d_model=D, num_heads=H)
-table_1 = outcome_table(d_model=D, num_heads=1)
+table = claims.outcome_table(d_model=D, num_heads=H)
+table_1 = claims.outcome_table(d_model=D, num_heads=1)
 
 
 def show_table(tbl, title):
@@ -720,7 +1126,7 @@ def show_table(tbl, title):
                                                       "vs torch", "heads indep.", "permutation",
                                                       "no leak")))  # fmt: skip
     for name, row in tbl.items():
-        print(f"{name:>16}" + "".join(f"{row[t]:>14}" for t in TESTS))
+        print(f"{name:>16}" + "".join(f"{row[t]:>14}" for t in claims.TESTS))
 
 
 # %% tags=["nbval-check-output"]
@@ -729,21 +1135,21 @@ print()
 show_table(table_1, "1 head:")
 
 # %%
-outcome_code = {PASSED: 0, FAILED: 1, "raises": 2}
-grid_values = [[outcome_code[table[n][t]] for t in TESTS] for n in LAYOUTS]
+outcome_code = {claims.PASSED: 0, claims.FAILED: 1, claims.RAISED: 2}
+grid_values = [[outcome_code[table[n][t]] for t in claims.TESTS] for n in LAYOUTS]
 fig, ax = plt.subplots(figsize=(9, 4.2))
 colours = plt.matplotlib.colors.ListedColormap(["#e8e8e8", "#d7301f", "#fc8d59"])
 ax.imshow(grid_values, cmap=colours, vmin=0, vmax=2, aspect="auto")
-ax.set_xticks(range(len(TESTS)), list(TESTS), rotation=25, ha="right")
+ax.set_xticks(range(len(claims.TESTS)), list(claims.TESTS), rotation=25, ha="right")
 ax.set_yticks(range(len(LAYOUTS)), list(LAYOUTS))
 ax.grid(False)
-ax.axvline(len(ARTICLE_TESTS) - 0.5, color="black", lw=1.5)
+ax.axvline(len(claims.ARTICLE_TESTS) - 0.5, color="black", lw=1.5)
 ax.set_title(f"Which test catches which layout ({H} heads; left of the line: the article's)")
 ax.set_xlabel("unit test")
 ax.set_ylabel("head layout of the module")
 ax.legend(
     handles=[Patch(color=c, label=lbl) for c, lbl in
-             zip(colours.colors, ("passes (bug missed)", "fails (bug caught)", "raises"),
+             zip(colours.colors, ("passes", "fails (bug caught)", "raises (bug caught)"),
                  strict=True)],  # fmt: skip
     loc="upper left",
     bbox_to_anchor=(1.01, 1),
@@ -770,18 +1176,18 @@ fig.tight_layout()
 # reference-free tests catch all seven together.
 
 # %%
-assert_tests_miss(table, ARTICLE_TESTS, SILENT_WRONG)
-assert_test_catches(table, "vs nn.MultiheadAttention", WRONG)
+claims.assert_tests_miss(table, claims.ARTICLE_TESTS, SILENT_WRONG)
+claims.assert_test_catches(table, "vs nn.MultiheadAttention", WRONG)
 REFERENCE_FREE = ("head independence", "permutation", "no future leak")
-assert_tests_catch_together(table, REFERENCE_FREE, WRONG)
-caught = {t: sum(table[n][t] != PASSED for n in SILENT_WRONG) for t in TESTS}
+claims.assert_tests_catch_together(table, REFERENCE_FREE, WRONG)
+caught = {t: sum(table[n][t] != claims.PASSED for n in SILENT_WRONG) for t in claims.TESTS}
 print("silent wrong layouts caught, out of", len(SILENT_WRONG), ":", caught)
 record_claim(
     "C28 tests",
     claim="Shape, causal-mask and gradient tests (plus an optional comparison with "
     "nn.MultiheadAttention) verify a hand-written attention module",
     experiment=f"7 tests x 8 head layouts, same weights, d_model {D}, {H} heads and 1 head",
-    verdict="partly",
+    verdict=claims.c28_tests_verdict(table, WRONG),
     measured=f"of {len(SILENT_WRONG)} silent wrong layouts: "
     + ", ".join(f"{t} catches {c}" for t, c in caught.items())
     + "; with 1 head, the gradient test catches 'no transpose'",

@@ -167,7 +167,7 @@ def _learner_line(err: BaseException) -> str:
     return ""
 
 
-def _run(exercise_id: str, candidate: object) -> CheckResult:
+def _run(exercise_id: str, candidate: object, evidence: dict[str, object]) -> CheckResult:
     chapter = _parse_id(exercise_id)
     if exercise_id not in _REGISTRY:
         has_module = _load_chapter(chapter)
@@ -181,7 +181,7 @@ def _run(exercise_id: str, candidate: object) -> CheckResult:
         message = f"expected a function (or class), got {type(candidate).__name__}"
         return CheckResult(exercise_id, exercise.title, False, message)
     try:
-        exercise.check(candidate)
+        exercise.check(candidate, **evidence)
     except NotImplementedError:
         return CheckResult(exercise_id, exercise.title, False, "not implemented yet")
     except CheckFailed as err:
@@ -192,15 +192,19 @@ def _run(exercise_id: str, candidate: object) -> CheckResult:
     return CheckResult(exercise_id, exercise.title, True, "")
 
 
-def check(exercise_id: str, candidate: object) -> None:
+def check(exercise_id: str, candidate: object, **evidence: object) -> None:
     """Check a learner's answer to exercise ``exercise_id`` (``"NN.k"``); never raises.
+
+    ``evidence``: what the exercise's notebook computed in view of the learner and the check
+    needs besides the answer, passed on by keyword (an experiment exercise passes the run it
+    predicted: ``check("01.6", my_prediction, outcome=outcome)``).
 
     Prints ``✓ Exercise NN.k — title`` or ``✗ Exercise NN.k — title: why``, appends the
     result to :func:`results` and, when ``$ATTENTION_CHECK_RESULTS`` is set, to that file (one
     JSON object per line).
     """
     try:
-        result = _run(exercise_id, candidate)
+        result = _run(exercise_id, candidate, evidence)
     except Exception as err:  # a malformed id or a broken check module: still never raise
         result = CheckResult(
             str(exercise_id), "(check error)", False, f"{type(err).__name__}: {err}"

@@ -16,7 +16,7 @@ import torch
 
 from attention.functional import safe_softmax
 from attention.masks import causal_mask, padding_mask
-from book.experiments.ch06 import FP16_MAX
+from book.pages.ch06 import FP16_MAX
 from measure.memory import kv_cache_bytes
 
 from . import CheckFailed, expect_shape, randn, register
@@ -125,6 +125,12 @@ def _masked_softmax(candidate):
                     "ignore — what -1e9 or finfo.min do. That row must be all zeros"
                 )
             raise CheckFailed(f"{call}: a fully masked row must be all zeros, got {g[full]}")
+        if got.dtype != dtype:
+            raise CheckFailed(
+                f"{call} returns {got.dtype}; the result must have the dtype of `scores` "
+                f"({dtype}): compute in float32 if you like, then cast back with "
+                ".to(scores.dtype)"
+            )
         tol = 1e-3 if dtype == torch.float16 else 1e-5
         if not torch.allclose(g, want.double(), atol=tol):
             raise CheckFailed(f"{call} differs from softmax over the allowed keys by "

@@ -2,7 +2,7 @@
 
 Answers are compared with ``nn.MultiheadAttention`` and the package's
 :class:`attention.heads.MultiHeadAttention`. A wrong multi-head forward pass is compared with
-the output of every wrong head layout of :data:`book.experiments.ch08.LAYOUTS` on the same
+the output of every wrong head layout of :data:`book.pages.ch08.LAYOUTS` on the same
 input and weights, so that the message names the layout the learner wrote. A learner's test
 function is run on modules with every layout (and a few other bugs) and must give each the
 right verdict.
@@ -16,13 +16,13 @@ import torch
 from torch import nn
 
 from attention.heads import MultiHeadAttention
-from book.experiments.ch08 import (
+from book.pages.ch08 import (
     CORRECT,
     LAYOUTS,
     WRONG,
     HandMultiHeadAttention,
+    future_test,
 )
-from book.pages.ch08 import future_test
 
 from . import CheckFailed, expect_close, expect_shape, randn, register
 from .helpers import expect_tensor, matches
@@ -279,8 +279,27 @@ class _SeesNextToken(nn.Module):
         return self.inner(x, mask=mask, need_weights=need_weights)
 
 
+class _PrefixLeak(nn.Module):
+    """A bug: a prefix-LM-style mask lets position 0 also see position 1 (every other row is
+    causal). Only a test that changes an early token sees it: changing the last token moves
+    no earlier output."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.d_model, self.num_heads = inner.d_model, inner.num_heads
+
+    def forward(self, x, *, mask=None, causal=False, need_weights=False):
+        if causal:
+            n = x.shape[1]
+            mask = torch.ones(n, n, dtype=torch.bool).tril()  # (L, L) True = may attend
+            if n > 1:
+                mask[0, 1] = True  # token 1 leaks into position 0
+        return self.inner(x, mask=mask, need_weights=need_weights)
+
+
 def future_zoo(d_model: int = 12, num_heads: int = 3) -> dict[str, nn.Module]:
-    """Modules for exercise 08.4, by description: every silent layout and two mask bugs."""
+    """Modules for exercise 08.4, by description: every silent layout and three mask bugs."""
     zoo = {
         f"the {_describe(name)}": _module(name, d_model, num_heads, 8)
         for name in LAYOUTS
@@ -290,6 +309,9 @@ def future_zoo(d_model: int = 12, num_heads: int = 3) -> dict[str, nn.Module]:
         _module(CORRECT, d_model, num_heads, 9)
     )
     zoo["a module whose causal mask lets position t see t + 1"] = _SeesNextToken(
+        _module(CORRECT, d_model, num_heads, 9)
+    )
+    zoo["a module whose mask lets position 0 see token 1 (a prefix-LM-style leak)"] = _PrefixLeak(
         _module(CORRECT, d_model, num_heads, 9)
     )
     return zoo
@@ -306,9 +328,10 @@ def _leaks_future(candidate):
             raise CheckFailed(
                 f"your test says {description} does not leak the future, but its output at "
                 "some position changes when later tokens change. Checking the attention "
-                "weights is not enough (a wrong split mixes tokens before the mask applies): "
-                "change the tokens after t and compare the outputs at positions 0..t, for "
-                "every t"
+                "weights is not enough (a wrong split mixes tokens before the mask applies), "
+                "and neither is changing only the last token (a leak can reach position 0 "
+                "from token 1): change the tokens after t and compare the outputs at "
+                "positions 0..t, for every t"
             )
         raise CheckFailed(
             f"your test says {description} leaks the future, but it does not: with "

@@ -3,7 +3,7 @@
 Every answer is compared with an independent computation: patches against the package's
 :class:`attention.vision.PatchEmbedding` (a convolution with one-hot kernels picks each pixel
 of a patch), FLOPs against torch's FLOP counter on :class:`attention.blocks.EncoderLayer`
-(through :func:`book.experiments.ch10.encoder_flops_formula`, which the chapter checks against
+(through :func:`book.pages.ch10.encoder_flops_formula`, which the chapter checks against
 the counter), pooling against the package's ``SequenceClassifier`` rule, and the neighbourhood
 mask against coordinates computed with ``torch.meshgrid``. When an answer is wrong, the check
 recomputes the usual mistakes and names the one that matches.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from attention.vision import PatchEmbedding
-from book.experiments.ch10 import encoder_flops_formula
+from book.pages.ch10 import encoder_flops_formula
 
 from . import CheckFailed, expect_close, expect_equal, expect_shape, randn, register
 from .helpers import check_formula, expect_tensor, matches

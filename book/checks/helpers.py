@@ -20,6 +20,7 @@ Tensor = torch.Tensor
 
 __all__ = [
     "check_formula",
+    "check_prediction",
     "expect_int",
     "expect_number",
     "expect_tensor",
@@ -103,3 +104,36 @@ def check_formula(
         if all(math.isclose(g, formula(*c.values()), rel_tol=rel_tol) for _, g, c in answers):
             raise CheckFailed(f"{message}: {hint}")
     raise CheckFailed(f"{message}: {explain}")
+
+
+def check_prediction(
+    predict: Callable[[], str],
+    outcome: object,
+    *,
+    setting: str,
+    why: Mapping[str, str],
+) -> None:
+    """An experiment exercise: the learner predicted a claim's verdict under a changed
+    ``setting`` (``predict() -> "reproduced" | "partly" | "not reproduced"``), then ran it
+    (``outcome``: the :class:`book.sceptic.Outcome` of the claim's sweep runner with that
+    setting). Passes when the prediction is the run's verdict; otherwise says what the run
+    gave and ``why[verdict]``, the reason the numbers give that verdict."""
+    from book.claims import VERDICTS
+    from book.sceptic import Outcome
+
+    prediction = predict()
+    if prediction not in VERDICTS:
+        raise CheckFailed(
+            f"your prediction should be one of {', '.join(map(repr, VERDICTS))}, got {prediction!r}"
+        )
+    if not isinstance(outcome, Outcome):
+        raise CheckFailed(
+            f"outcome should be the Outcome the experiment cell returns (run that cell first), "
+            f"got {type(outcome).__name__}"
+        )
+    if prediction != outcome.verdict:
+        numbers = ", ".join(f"{k} {v}" for k, v in outcome.numbers.items())
+        raise CheckFailed(
+            f"you predicted {prediction!r}; with {setting} the run gives {outcome.verdict!r} "
+            f"({numbers}). {why.get(outcome.verdict, '')}".rstrip()
+        )

@@ -12,6 +12,7 @@ import torch
 
 from attention.efficient.adapters import BigBirdAttnFn, LinearAttnFn, SlidingWindowAttnFn
 from book.diagrams import caption, grid, new_diagram
+from book.pages.ch05 import reach_after
 
 L = 16  # tokens in the drawings
 
@@ -48,13 +49,12 @@ def window_reach_by_depth() -> plt.Figure:
     """What the last query of a ±2 window model can depend on after 1, 2 and 3 layers: each
     layer lets information move one window further (the boolean mask multiplied by itself),
     and a global token in the middle relays everything in two layers."""
-    window = SlidingWindowAttnFn(2, 2).allowed(L).long()  # (L, L)
-    glob = SlidingWindowAttnFn(2, 2, global_tokens=(8,)).allowed(L).long()
+    window = SlidingWindowAttnFn(2, 2).allowed(L)  # (L, L) bool
+    glob = SlidingWindowAttnFn(2, 2, global_tokens=(8,)).allowed(L)
     rows, names = [], []
     for name, mask in (("window ±2", window), ("+ global token 8", glob)):
-        reach = torch.eye(L, dtype=torch.long)
         for depth in (1, 2, 3):
-            reach = ((mask @ reach) > 0).long()  # (L, L): depends on, after `depth` layers
+            reach = reach_after(mask, depth)  # (L, L): depends on, after `depth` layers
             rows.append(reach[-1].float().numpy())
             names.append(f"{name}, {depth} layer{'s' if depth > 1 else ''}")
     cell = 0.36

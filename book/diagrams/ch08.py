@@ -1,7 +1,7 @@
 """Diagrams of chapter 8: torch's weight layout, and where the data goes under each head layout.
 
 The layout diagrams apply the real split and merge functions of
-:data:`book.experiments.ch08.LAYOUTS` to a tensor of labels, so they show what the code does.
+:data:`book.pages.ch08.LAYOUTS` to a tensor of labels, so they show what the code does.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from book.diagrams import COLORS, arrow, box, caption, grid, new_diagram
-from book.experiments.ch08 import CORRECT, LAYOUTS, source_map
+from book.pages.ch08 import CORRECT, LAYOUTS, source_map
 
 # A tiny example: 4 tokens of 6 features, 2 heads of 3.
 L, D, H = 4, 6, 2
@@ -116,8 +116,9 @@ def split_layouts() -> plt.Figure:
             block = where[j]  # (positions, Dh, 2)
             _labelled_grid(ax, (x0, y - 0.3), block[..., 0], block[..., 1], cell=cell,
                            cmap=TOKEN_CMAP, vmax=L)  # fmt: skip
+            label = f"head {j}" if n_blocks == H else f"token {j}"  # no transpose: L blocks
             caption(ax, (x0 + where.shape[2] * cell / 2, y - 0.3 - block.shape[0] * cell - 0.15),
-                    f"head {j}", fontsize=7)  # fmt: skip
+                    label, fontsize=7)  # fmt: skip
         if name != CORRECT:
             caption(ax, (13.9, y - 0.7), LAYOUTS[name].effect, fontsize=7, ha="right",
                     style="italic")  # fmt: skip

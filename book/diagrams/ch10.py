@@ -13,7 +13,7 @@ import torch
 
 from book.data import digits
 from book.diagrams import COLORS, arrow, box, caption, grid, new_diagram
-from book.experiments.ch10 import BLOCK, GRID, PATCH_SIZE, SEQ_LEN, WINDOW, allowed_pairs
+from book.pages.ch10 import BLOCK, GRID, PATCH_SIZE, SEQ_LEN, WINDOW, allowed_pairs
 
 __all__ = ["capstone_pipeline", "reach_in_the_image"]
 

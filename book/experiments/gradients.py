@@ -17,7 +17,8 @@ Two measurements used by chapter 1 (why RNNs forget) and chapter 5 (why attentio
   (a per-token Jacobian, probed with a random vector): ``t - j + 1`` for an RNN, 1 for one
   attention layer, and *no path* (``None``) for a model that never mixes tokens. The
   sequential depth is the most rounds any output needs before it has felt every input: the
-  number of steps that must run one after another, ``n`` for any RNN.
+  number of steps that must run one after another: ``n`` for an RNN run step by step (a
+  non-linear one cannot be run otherwise; a linear recurrence can, by a parallel scan).
 
 The autograd graph is *not* a measure of dependence: ``torch.stack(tokens)`` creates one node
 linked to every token, so a graph search finds a short "path" from every token to every

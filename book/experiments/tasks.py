@@ -2,9 +2,9 @@
 
 - The two-relation task (:func:`pairs_batch`): at every position a model must output the digit
   of the previous token (a positional relation) and of the token's partner (a relation found
-  by content). Chapter 3 shows that heads specialise on it (C9, C10,
-  :mod:`book.experiments.ch03`); chapter 8 compares attention layouts on it
-  (:mod:`book.experiments.ch08`).
+  by content). Chapter 3 shows that heads specialise on it (C9, C10; its model and training
+  step are on chapter 3's page, :mod:`book.pages.ch03`); chapter 8 compares attention
+  layouts on it (:mod:`book.pages.ch08`).
 """
 
 from __future__ import annotations

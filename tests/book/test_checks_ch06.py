@@ -68,6 +68,8 @@ def test_masked_softmax():
     fails("06.2", lambda s, a: torch.softmax(s, dim=-1), "masked keys must get weight 0")
     fails("06.2", lambda s, a: right_softmax(s, ~a), "masked keys must get weight 0")
     fails("06.2", lambda s, a: right_softmax(s, a)[..., :3], "shape")
+    in_float32 = lambda s, a: right_softmax(s.float(), a)  # noqa: E731  (the values are right)
+    fails("06.2", in_float32, "returns torch.float32; the result must have the dtype")
 
 
 def test_masked_softmax_reports_a_crash():

@@ -12,7 +12,7 @@ from torch import nn
 
 from book.checks import exercises_for_chapter
 from book.checks.ch08 import LAYOUT_HINTS, future_zoo, layout_outputs
-from book.experiments.ch08 import LAYOUTS, SILENT_WRONG, WRONG, make_attention
+from book.pages.ch08 import LAYOUTS, SILENT_WRONG, WRONG, make_attention
 from tests.book.check_outcomes import fails, fails_with, passes, run_check
 
 EXERCISES = {ex.id: ex for ex in exercises_for_chapter("08")}
@@ -263,8 +263,20 @@ def whole_output(module):
         return not torch.allclose(module(x, causal=True), module(other, causal=True))
 
 
+def last_token_only(module):
+    """A leak test that only changes the last token: blind to a leak into position 0."""
+    x = torch.randn(2, 6, module.d_model, generator=torch.Generator().manual_seed(0))
+    other = x.clone()
+    other[:, -1] = 0
+    with torch.no_grad():
+        return not torch.allclose(
+            module(x, causal=True)[:, :-1], module(other, causal=True)[:, :-1]
+        )
+
+
 def test_leaks_future():
     run_check("08.4", leaks_right)
+    fails("08.4", last_token_only, "prefix-LM-style leak.* does not leak")
     fails("08.4", article_mask_test, "'reshape split' layout.* does not leak")
     fails("08.4", whole_output, "leaks the future, but it does not")
     fails("08.4", leaks_with(2), "position t see t \\+ 1")

@@ -245,3 +245,31 @@ def test_expect_true():
     expect_true(True, "never shown")
     with pytest.raises(CheckFailed, match="^rows must sum to 1$"):
         expect_true(False, "rows must sum to 1")
+
+
+def test_an_experiment_exercise_gets_the_run_as_evidence(capsys):
+    """``check(id, candidate, **evidence)`` hands the evidence to the exercise's check; a
+    prediction is graded against the run it predicted, and a miss says what the run gave."""
+    from book.checks.helpers import check_prediction
+    from book.sceptic import Outcome
+
+    @register("97.2", title="Predict, then run")
+    def _(predict, *, outcome):
+        check_prediction(
+            predict, outcome, setting="bias +5", why={"partly": "the far gradient survives"}
+        )
+
+    run = Outcome("partly", {"ratio": 0.65})
+    check("97.2", lambda: "partly", outcome=run)
+    assert last_line(capsys) == "✓ Exercise 97.2 — Predict, then run"
+    check("97.2", lambda: "reproduced", outcome=run)
+    assert last_line(capsys) == (
+        "✗ Exercise 97.2 — Predict, then run: you predicted 'reproduced'; with bias +5 the run "
+        "gives 'partly' (ratio 0.65). the far gradient survives"
+    )
+    check("97.2", lambda: "maybe", outcome=run)
+    assert "should be one of 'reproduced', 'partly', 'not reproduced'" in last_line(capsys)
+    check("97.2", lambda: "partly", outcome=0.65)
+    assert "outcome should be the Outcome" in last_line(capsys)
+    check("97.2", lambda: "partly")  # the run's cell was not run: reported, never raised
+    assert "missing 1 required keyword-only argument: 'outcome'" in last_line(capsys)

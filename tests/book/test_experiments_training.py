@@ -9,7 +9,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from book.experiments.ch01 import LSTMClassifier, signal_batch
 from book.experiments.training import (
     first_step_below,
     fit,
@@ -18,6 +17,7 @@ from book.experiments.training import (
     torch_threads,
     train_classifier,
 )
+from book.pages.ch01 import LSTMClassifier, signal_batch
 
 # ------------------------------------------------------------------------------------------
 # train_classifier (on chapter 1's signal task)

@@ -72,15 +72,15 @@ def test_the_fingerprint_covers_what_c7_runs():
     _, sweep = declared_sweeps()["C7"]
     _, covered = source_fingerprint(sweep.run)
     for name in (
-        "book.experiments.ch02.c7_verdict",
-        "book.experiments.ch02.C7_PLATEAU",  # a threshold
-        "book.experiments.ch02.RetrievalModel",  # a class the run builds
+        "book.claims.ch02.c7_verdict",
+        "book.claims.ch02.C7_PLATEAU",  # a threshold
+        "book.pages.ch02.RetrievalModel",  # a class the run builds, on the page
         "book.experiments.training.fit",  # the training loop, in another module
         "attention.functional.scaled_dot_product_attention",  # the library
     ):
         assert name in covered
     assert not any(n.startswith("book.progress") for n in covered)  # a bar changes no result
-    assert "book.experiments.ch02.dot_product_stats" not in covered  # C5: not run by C7
+    assert "book.pages.ch02.dot_product_stats" not in covered  # C5: not run by C7
 
 
 # --- a toy sweep in a temporary directory --------------------------------------------------

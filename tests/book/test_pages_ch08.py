@@ -1,6 +1,7 @@
-"""Chapter 8's experiments: the head layouts against index formulas written independently,
-the hand-written module against the package and torch, the module tests against modules
-with known bugs, and every asserting function fed a case where its claim is false."""
+"""Chapter 8's page (:mod:`book.pages.ch08`, exported from
+``chapters/08_attention_by_hand.py``): the head layouts against index formulas written
+independently, the hand-written module against the package and torch, the two-relation model
+and its training step, and the module tests against modules with known bugs."""
 
 from __future__ import annotations
 
@@ -12,37 +13,25 @@ from torch import nn
 
 from attention.heads import MultiHeadAttention, merge_heads, split_heads
 from attention.positional import RotaryEmbedding
-from book.experiments import ch08
-from book.experiments.ch08 import (
-    ARTICLE_TESTS,
+from book.claims import ch08 as claims
+from book.pages import ch08 as page
+from book.pages.ch08 import (
     CORRECT,
-    FAILED,
     LAYOUTS,
-    PASSED,
-    RAISED,
     SILENT_WRONG,
-    TESTS,
     WRONG,
     HandMultiHeadAttention,
     LayoutPairModel,
-    LayoutRun,
-    accuracy_spreads,
-    assert_c28_one_head,
-    assert_c28_ruins,
-    assert_test_catches,
-    assert_tests_catch_together,
-    assert_tests_miss,
+    future_test,
+    head_independence_test,
     interleaved_as_correct,
     interleaved_twin_state,
     make_attention,
-    one_head_equal,
-    outcome_table,
     package_twin,
-    run_test,
+    permutation_test,
     source_map,
     train_layout,
 )
-from book.pages.ch08 import future_test, head_independence_test, permutation_test
 
 sizes = st.tuples(
     st.integers(1, 3), st.integers(1, 6), st.integers(1, 4), st.integers(1, 4)
@@ -159,7 +148,7 @@ def test_layout_registry():
     assert WRONG == tuple(n for n in LAYOUTS if n != CORRECT)
     assert SILENT_WRONG == tuple(n for n in WRONG if n != "no contiguous")
     with pytest.raises(ValueError, match="layout"):
-        ch08.get_layout("sideways")
+        page.get_layout("sideways")
 
 
 # --- the hand-written module ----------------------------------------------------------------
@@ -280,20 +269,20 @@ class _Wrapped(nn.Module):
 
 
 def test_article_tests_catch_the_bugs_they_are_for():
-    assert not ch08.shape_test(_Wrapped("narrow output"))
-    assert not ch08.causal_weights_test(_Wrapped("ignores causal"))
+    assert not page.shape_test(_Wrapped("narrow output"))
+    assert not page.causal_weights_test(_Wrapped("ignores causal"))
     detached = _Wrapped("none")
     detached.inner.q_proj.weight.requires_grad_(False)  # no gradient reaches W_Q
-    assert not ch08.gradient_test(detached)
-    for test in ARTICLE_TESTS:
-        assert run_test(test, make_attention(CORRECT)) == PASSED
+    assert not page.gradient_test(detached)
+    for test in claims.ARTICLE_TESTS:
+        assert claims.run_test(test, make_attention(CORRECT)) == claims.PASSED
 
 
 def test_reference_tests_pass_the_package_and_catch_known_bugs():
     package = MultiHeadAttention(12, 3)
-    for name in TESTS:
-        assert run_test(name, package) == PASSED, name
-    assert not ch08.torch_comparison_test(_Wrapped("doubled output"))
+    for name in claims.TESTS:
+        assert claims.run_test(name, package) == claims.PASSED, name
+    assert not page.torch_comparison_test(_Wrapped("doubled output"))
     assert permutation_test(_Wrapped("doubled output"))  # still equivariant
     assert not future_test(_Wrapped("ignores causal"))
     assert not permutation_test(_Shifted())
@@ -324,92 +313,3 @@ def test_head_independence_catches_a_shared_head():
     torch.manual_seed(0)
     assert not head_independence_test(SharedQueries(12, 3))
     assert head_independence_test(make_attention(CORRECT, 12, 3))
-
-
-def test_run_test_reports_a_raising_module():
-    assert run_test("shape", make_attention("no contiguous", 12, 3)) == RAISED
-    with pytest.raises(ValueError, match="test"):
-        run_test("colour", make_attention(CORRECT))
-
-
-def test_outcome_table_and_one_head_equal():
-    table = outcome_table(d_model=12, num_heads=3)
-    assert set(table) == set(LAYOUTS) and all(set(row) == set(TESTS) for row in table.values())
-    assert all(v == PASSED for v in table[CORRECT].values())
-    assert table["reshape split"]["vs nn.MultiheadAttention"] == FAILED
-    equal_1 = one_head_equal(WRONG, num_heads=1)
-    assert equal_1["reshape both"] and not equal_1["transpose first"]
-    assert not any(one_head_equal(WRONG, num_heads=3).values())
-
-
-# --- asserting functions: each fails on a false case -----------------------------------------
-
-KEEPS = {"correct": True, "mixing": False, "permuting": True}
-
-
-def test_assert_c28_ruins():
-    good = {"correct": [0.99, 1.0, 0.98], "mixing": [0.3, 0.35, 0.32], "permuting": [1.0, 0.6, 1]}
-    kwargs = dict(keeps_tokens=KEEPS, min_correct=0.9, gap=0.2, reach=0.05)
-    assert_c28_ruins(good, **kwargs)
-    with pytest.raises(AssertionError, match="did not learn"):
-        assert_c28_ruins({**good, "correct": [0.99, 0.5, 1.0]}, **kwargs)
-    with pytest.raises(AssertionError, match="not ruined"):
-        assert_c28_ruins({**good, "mixing": [0.3, 0.3, 0.99]}, **kwargs)  # one seed as good
-    with pytest.raises(AssertionError, match="not ruined"):
-        assert_c28_ruins({**good, "mixing": [0.85, 0.85, 0.85]}, **kwargs)  # small gap
-    with pytest.raises(AssertionError, match="only permutes"):
-        assert_c28_ruins({**good, "permuting": [0.5, 0.6, 0.7]}, **kwargs)
-    with pytest.raises(ValueError, match="correct"):
-        assert_c28_ruins({"mixing": [0.1]}, **kwargs)
-
-
-def test_assert_c28_one_head():
-    one = {"a": True, "b": False}
-    two = {"a": False, "b": False}
-    assert_c28_one_head(one, two, invisible=["a"])
-    with pytest.raises(AssertionError, match="predicted invisible"):
-        assert_c28_one_head(one, two, invisible=["a", "b"])
-    with pytest.raises(AssertionError, match="predicted visible"):
-        assert_c28_one_head(one, two, invisible=[])
-    with pytest.raises(AssertionError, match="not a bug"):
-        assert_c28_one_head(one, {"a": True, "b": False}, invisible=["a"])
-
-
-def _table(rows):
-    return {name: dict(zip(("t1", "t2"), row, strict=True)) for name, row in rows.items()}
-
-
-def test_assert_tests_miss_and_catch():
-    table = _table({
-        "correct": (PASSED, PASSED), "x": (PASSED, FAILED), "y": (PASSED, RAISED),
-    })  # fmt: skip
-    assert_tests_miss(table, ["t1"], ["x", "y"])
-    with pytest.raises(AssertionError, match="caught"):
-        assert_tests_miss(table, ["t1", "t2"], ["x"])
-    assert_test_catches(table, "t2", ["x", "y"])
-    with pytest.raises(AssertionError, match="passes these wrong layouts"):
-        assert_test_catches(table, "t1", ["x"])
-    bad_reference = _table({"correct": (FAILED, PASSED), "x": (FAILED, FAILED)})
-    with pytest.raises(AssertionError, match="rejects the correct"):
-        assert_test_catches(bad_reference, "t1", ["x"])
-
-
-def test_assert_tests_catch_together():
-    table = _table({
-        "correct": (PASSED, PASSED), "x": (FAILED, PASSED), "y": (PASSED, FAILED),
-        "z": (PASSED, PASSED),
-    })  # fmt: skip
-    assert_tests_catch_together(table, ["t1", "t2"], ["x", "y"])
-    with pytest.raises(AssertionError, match="together pass"):
-        assert_tests_catch_together(table, ["t1", "t2"], ["x", "z"])
-    with pytest.raises(AssertionError, match="reject the correct"):
-        assert_tests_catch_together({**table, "correct": {"t1": FAILED, "t2": PASSED}},
-                                    ["t1"], ["x"])  # fmt: skip
-
-
-def test_accuracy_spreads():
-    runs = [LayoutRun("a", s, [], (acc, acc)) for s, acc in enumerate((0.2, 0.4))]
-    runs.append(LayoutRun("b", 0, [], (1.0, 0.0)))
-    spreads = accuracy_spreads(runs)
-    assert list(spreads) == ["a", "b"]
-    assert spreads["a"].values == (0.2, 0.4) and spreads["b"].mean == 0.5

@@ -1,6 +1,6 @@
-"""book.experiments.ch05 against independent references: per-row loops over the generated
-documents, and a manual forward pass for the attention maps. (The
-attn_fn adapters the chapter trains are the library's: tests/attention/test_adapters.py.)"""
+"""Chapter 5's page (book.pages.ch05) against independent references: per-row loops over the
+generated documents, and a manual forward pass for the attention maps. (The attn_fn adapters
+the chapter trains are the library's: tests/attention/test_adapters.py.)"""
 
 from __future__ import annotations
 
@@ -13,16 +13,8 @@ from hypothesis import strategies as st
 
 from attention.blocks import SequenceClassifier
 from attention.efficient.adapters import SlidingWindowAttnFn
-from book.experiments.ch05 import (
-    assert_c16_paths,
-    assert_c17_links,
-    assert_c19_blind_at_chance,
-    assert_c19_linear_learns_slower,
+from book.pages.ch05 import (
     attention_maps,
-    c17_link_failures,
-    c19_global_verdict,
-    c19_reach_verdict,
-    c19_reach_verdict_at_lengths,
     document_vocab_size,
     predicted_accuracy,
     reach_after,
@@ -192,7 +184,7 @@ def test_topic_attention_rejects_bad_inputs():
 
 
 # ------------------------------------------------------------------------------------------
-# Reach after depth, the masked wrapper, and the asserting functions (each must be able to fail)
+# Reach after depth
 # ------------------------------------------------------------------------------------------
 
 
@@ -216,99 +208,3 @@ def test_predicted_accuracy_is_half_plus_half_the_reached_share():
     assert predicted_accuracy(torch.zeros(6, dtype=torch.bool), 4) == 0.5
     with pytest.raises(ValueError, match="reach_row must be"):
         predicted_accuracy(row, 7)
-
-
-def test_c16_assert_fails_on_counter_examples():
-    assert_c16_paths([1, 2, 3], {"attention": [1, 1, 1]}, [1, None, None])
-    with pytest.raises(AssertionError, match="RNN path"):
-        assert_c16_paths([7, 7, 7], {"attention": [1, 1, 1]}, [1, None, None])
-    with pytest.raises(AssertionError, match="one layer"):
-        assert_c16_paths([1, 2, 3], {"encoder": [1, 2, 2]}, [1, None, None])
-    with pytest.raises(AssertionError, match="no-mixing control"):  # the autograd-graph count
-        assert_c16_paths([1, 2, 3], {"attention": [1, 1, 1]}, [5, 5, 5])
-
-
-def test_c19_blind_assert_and_reach_verdict_fail_when_the_claim_is_false():
-    predicted = {"blind": 0.5, "sighted": 1.0}
-    good = {"blind": [0.5, 0.52, 0.49], "sighted": [1.0, 0.98, 0.99]}
-    assert_c19_blind_at_chance(good, predicted)
-    assert c19_reach_verdict(good, predicted) == "reproduced"
-    leaky = {"blind": [0.5, 0.9, 0.5], "sighted": [1.0, 1.0, 1.0]}
-    with pytest.raises(AssertionError, match="cannot reach the topic"):
-        assert_c19_blind_at_chance(leaky, predicted)
-    # Reach without learning: the deep model stays at chance on some seeds.
-    assert c19_reach_verdict({"blind": [0.5], "sighted": [1.0, 0.5, 0.5]}, predicted) == "partly"
-    assert c19_reach_verdict({"blind": [0.8], "sighted": [1.0]}, predicted) == "not reproduced"
-    with pytest.raises(ValueError, match="predicted blind"):
-        assert_c19_blind_at_chance(good, {"sighted": 1.0})
-
-
-def test_c19_linear_assert_fails_when_linear_is_as_fast_or_never_learns():
-    assert_c19_linear_learns_slower([40, 50, 60], [90, None, 120], [1.0, 0.5, 1.0])
-    with pytest.raises(AssertionError, match="as fast as full"):
-        assert_c19_linear_learns_slower([40, 50, 60], [55, 120, 130], [1.0, 1.0, 1.0])
-    with pytest.raises(AssertionError, match="a ceiling"):
-        assert_c19_linear_learns_slower([40, 50, 60], [None, None, None], [0.5, 0.55, 0.6])
-    with pytest.raises(AssertionError, match="full attention did not solve"):
-        assert_c19_linear_learns_slower([40, None, 60], [90, 100, 110], [1.0, 1.0, 1.0])
-
-
-def test_c19_global_verdict_follows_the_seeds():
-    predicted = {"1 layer": 0.5, "2 layers": 1.0}
-    assert c19_global_verdict({"1 layer": [0.5], "2 layers": [1.0, 0.99, 0.95]}, predicted) == (
-        "reproduced"
-    )
-    assert c19_global_verdict({"1 layer": [0.5], "2 layers": [1.0, 0.5, 0.5]}, predicted) == (
-        "partly"
-    )
-    # What chapter 5 measured: the relay was never learned within the budget.
-    assert c19_global_verdict({"1 layer": [0.5], "2 layers": [0.46, 0.52, 0.5]}, predicted) == (
-        "not reproduced"
-    )
-    assert c19_global_verdict({"1 layer": [0.9], "2 layers": [1.0]}, predicted) == (
-        "not reproduced"
-    )
-    with pytest.raises(ValueError, match="nothing to judge"):
-        c19_global_verdict({"1 layer": [0.5]}, {"1 layer": 0.5})
-
-
-C17_GOOD = dict(  # chapter 5's seed 0 at L = 128, roughly
-    accuracy=1.0,
-    topic_over_filler=60.0,
-    reverse_per_uniform=0.9,
-    filler_mass_linked=0.02,
-    filler_mass_unlinked=0.9,
-)
-SHARP_CELLS = {(0, 0): 0.99, (0, 1): 0.01, (1, 0): 0.02, (1, 1): 0.98}
-
-
-def test_c17_passes_sharp_links_and_fails_each_way_the_claim_can_be_false():
-    assert c17_link_failures(SHARP_CELLS, **C17_GOOD) == []
-    assert_c17_links(SHARP_CELLS, where="seed 0, L=128", **C17_GOOD)
-    cases = {
-        "does not solve the task": (SHARP_CELLS, {"accuracy": 0.6}),
-        "only 2.0x a filler token": (SHARP_CELLS, {"topic_over_filler": 2.0}),
-        "neither sharp nor absent": ({**SHARP_CELLS, (0, 1): 0.5}, {}),
-        "fewer than two sharp links": ({c: 0.01 for c in SHARP_CELLS} | {(0, 0): 0.95}, {}),
-        "reverse link is 5.0/L": (SHARP_CELLS, {"reverse_per_uniform": 5.0}),
-        "filler gets 0.70 of the weight with the link": (SHARP_CELLS, {"filler_mass_linked": 0.7}),
-    }
-    for message, (cells, change) in cases.items():
-        with pytest.raises(AssertionError, match=message):
-            assert_c17_links(cells, where="a false case", **(C17_GOOD | change))
-    # Every document linked: no unlinked filler mass to compare, and that is no failure.
-    assert c17_link_failures(SHARP_CELLS, **(C17_GOOD | {"filler_mass_unlinked": math.nan})) == []
-    with pytest.raises(ValueError, match="at least one"):
-        c17_link_failures({}, **C17_GOOD)
-
-
-def test_c19_reach_verdict_at_lengths_holds_only_where_every_length_holds():
-    predicted = {"window": 0.5, "bigbird": 0.62}
-    lands = ({"window": [0.5], "bigbird": [0.62, 0.61, 0.63]}, predicted)
-    misses = ({"window": [0.5], "bigbird": [0.5, 0.5, 0.5]}, predicted)  # reach, no learning
-    leaks = ({"window": [0.9], "bigbird": [0.62]}, predicted)  # the blind one beats chance
-    assert c19_reach_verdict_at_lengths({128: lands, 512: lands}) == "reproduced"
-    assert c19_reach_verdict_at_lengths({128: lands, 512: misses}) == "partly"
-    assert c19_reach_verdict_at_lengths({128: lands, 512: leaks}) == "not reproduced"
-    with pytest.raises(ValueError, match="at least one length"):
-        c19_reach_verdict_at_lengths({})

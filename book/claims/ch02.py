@@ -1,16 +1,15 @@
-"""Experiments of chapter 2: why scaled dot-product attention divides the scores by sqrt(d_k).
+"""The claims of chapter 2 (why scaled dot-product attention divides by sqrt(d_k)): thresholds,
+verdicts, asserting functions, the seed loops that run the page's definitions
+(``book.pages.ch02``), and the sceptic's sweeps.
 
-- C5, :func:`dot_product_stats`: the mean and variance of ``q · k`` for random vectors whose
-  components are i.i.d. with mean 0 and variance 1.
-- C6, :func:`softmax_jacobian`, :func:`saturation_stats`: how peaked the softmax becomes, and
-  how small its Jacobian gets, as the spread of the scores grows.
-- C7, :func:`retrieval_batch`, :class:`RetrievalModel`, :func:`train_retrieval`: a key-value
-  retrieval task that one attention layer can only solve by picking the right key, trained
-  with and without the scale on the same data from the same initialisation.
-
-Attention itself is never re-implemented here: the model calls
-:func:`attention.functional.scaled_dot_product_attention` and the statistics use
-:func:`attention.functional.safe_softmax`.
+- §2.1, :func:`s21_verdict`: one projection for queries and keys makes scores symmetric and a
+  token its own best match (:func:`shared_qk_evidence` over the page's ``shared_qk_scores``).
+- C5, :func:`c5_verdict`: ``q · k`` has mean 0 and variance ``d_k`` (:func:`variance_table` of
+  the page's ``dot_product_stats``).
+- C6, :func:`c6_verdict`: large scores saturate the softmax and its gradient vanishes
+  (:func:`saturation_by_width` of the page's ``saturation_stats``, ``dot_product_scores``).
+- C7, :func:`c7_verdict`, :func:`assert_c7_plateau`: without the scale, training on the key-value
+  retrieval task sits on a plateau (the page's ``train_retrieval``).
 """
 
 from __future__ import annotations
@@ -19,21 +18,20 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from attention.checks import check_choice, check_positive_int, check_tensor
-from attention.functional import safe_softmax, scaled_dot_product_attention
-from book.experiments.training import first_step_below, fit, moving_average
+from book.experiments.training import first_step_below, moving_average
+from book.pages.ch02 import (
+    DotProductStats,
+    RetrievalRun,
+    Saturation,
+    dot_product_scores,
+    dot_product_stats,
+    saturation_stats,
+    shared_qk_scores,
+    train_retrieval,
+)
 from book.progress import progress as progress_bar
 from book.sceptic import Outcome, Perturbation, Sweep
-
-Tensor = torch.Tensor
-
-DISTRIBUTIONS = ("normal", "uniform", "rademacher", "exponential")
-# How RetrievalModel initialises W_Q and W_K: "normal", std 1/sqrt(d_model) (the chapter's);
-# "torch", nn.Linear's default (uniform in ±1/sqrt(d_model), std 1/sqrt(3 d_model)).
-QK_INITS = ("normal", "torch")
 
 
 def _span(values: list[float], spec: str) -> str:
@@ -98,36 +96,6 @@ class SharedQKEvidence:
             and self.rate_separate < S21_NEAR_CHANCE * self.chance
         )
         return "in full" if self.rate_shared > S21_MOSTLY_SELF and separate_free else "in part"
-
-
-def shared_qk_scores(
-    n_sentences: int,
-    *,
-    shared: bool,
-    seq_len: int = 10,
-    d_model: int = 16,
-    d_k: int = 8,
-    seed: int = 1,
-) -> Tensor:
-    """Scores ``(x W_Q)(x W_K)ᵀ`` of ``n_sentences`` random sentences ``(S, L, L)``.
-
-    Each sentence has its own unit-variance token vectors ``x`` ``(L, d_model)`` and its own
-    projections (std ``1/sqrt(d_model)``); ``shared=True`` uses ``W_K = W_Q``. Drawn from a
-    generator seeded with ``seed``, in the order ``x``, ``W_Q``, ``W_K``: one seed gives the
-    shared and separate settings the same ``x`` and ``W_Q``.
-    """
-    n_sentences = check_positive_int("n_sentences", n_sentences)
-    seq_len = check_positive_int("seq_len", seq_len)
-    d_model = check_positive_int("d_model", d_model)
-    d_k = check_positive_int("d_k", d_k)
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n_sentences, seq_len, d_model, generator=g)  # (S, L, D)
-    w_q = torch.randn(n_sentences, d_model, d_k, generator=g) / math.sqrt(d_model)  # (S, D, d_k)
-    if shared:
-        w_k = w_q
-    else:
-        w_k = torch.randn(n_sentences, d_model, d_k, generator=g) / math.sqrt(d_model)
-    return (x @ w_q) @ (x @ w_k).transpose(-2, -1)  # (S, L, L)
 
 
 def shared_qk_evidence(
@@ -208,76 +176,6 @@ S21_SWEEP = Sweep(
 # ------------------------------------------------------------------------------------------
 # C5: the variance of a dot product
 # ------------------------------------------------------------------------------------------
-
-
-def unit_variance_samples(
-    shape: tuple[int, ...],
-    distribution: str = "normal",
-    *,
-    generator: torch.Generator | None = None,
-) -> Tensor:
-    """i.i.d. samples with mean 0 and variance 1, float32, of the given ``shape``.
-
-    ``"normal"``: N(0, 1); ``"uniform"``: U(-sqrt 3, sqrt 3); ``"rademacher"``: ±1 with equal
-    probability; ``"exponential"``: Exp(1) − 1, skewed and heavy-tailed (a sceptic's case).
-    The derivation of C5 needs only mean 0, variance 1 and independence, so all of them must
-    give the same variance for ``q · k``.
-    """
-    check_choice("distribution", distribution, DISTRIBUTIONS)
-    if distribution == "normal":
-        return torch.randn(shape, generator=generator)
-    if distribution == "uniform":
-        return (torch.rand(shape, generator=generator) * 2.0 - 1.0) * math.sqrt(3.0)
-    if distribution == "exponential":
-        return torch.empty(shape).exponential_(generator=generator) - 1.0
-    return torch.randint(0, 2, shape, generator=generator).float() * 2.0 - 1.0
-
-
-@dataclass(frozen=True)
-class DotProductStats:
-    """Sample statistics of ``s = q · k`` over ``n_samples`` independent pairs."""
-
-    d_k: int
-    n_samples: int
-    mean: float
-    var: float  # of q · k; the theory says d_k
-    scaled_var: float  # of q · k / sqrt(d_k); the theory says 1
-
-
-def dot_product_stats(
-    d_k: int,
-    n_samples: int = 20_000,
-    *,
-    distribution: str = "normal",
-    generator: torch.Generator | None = None,
-    chunk: int = 4096,
-) -> DotProductStats:
-    """Mean and variance of ``q · k`` (and of ``q · k / sqrt(d_k)``) for random ``q, k``.
-
-    ``q`` and ``k`` are ``(d_k,)`` vectors with i.i.d. unit-variance components (see
-    :func:`unit_variance_samples`). The pairs are drawn ``chunk`` at a time so that memory
-    stays small at large ``d_k``; the statistics are accumulated in float64.
-    """
-    d_k = check_positive_int("d_k", d_k)
-    n_samples = check_positive_int("n_samples", n_samples)
-    chunk = check_positive_int("chunk", chunk)
-    if n_samples < 2:
-        raise ValueError(f"n_samples must be >= 2 to estimate a variance, got {n_samples}")
-    parts = []
-    for start in range(0, n_samples, chunk):
-        n = min(chunk, n_samples - start)
-        q = unit_variance_samples((n, d_k), distribution, generator=generator)  # (n, d_k)
-        k = unit_variance_samples((n, d_k), distribution, generator=generator)  # (n, d_k)
-        parts.append((q.double() * k.double()).sum(-1))  # (n,)
-    s = torch.cat(parts)  # (n_samples,)
-    scaled = s / math.sqrt(d_k)  # (n_samples,)
-    return DotProductStats(
-        d_k=d_k,
-        n_samples=n_samples,
-        mean=float(s.mean()),
-        var=float(s.var()),
-        scaled_var=float(scaled.var()),
-    )
 
 
 def variance_table(
@@ -377,76 +275,6 @@ C5_SWEEP = Sweep(
 # ------------------------------------------------------------------------------------------
 # C6: softmax saturation
 # ------------------------------------------------------------------------------------------
-
-
-def softmax_jacobian(weights: Tensor) -> Tensor:
-    """Jacobian of softmax at the point whose output is ``weights``: ``diag(p) - p pᵀ``.
-
-    ``weights`` ``(..., n)`` are softmax probabilities (rows sum to 1). Returns
-    ``(..., n, n)`` with entry ``[i, j] = ∂p_i / ∂s_j = p_i (δ_ij - p_j)``. When ``p`` is
-    one-hot every entry is 0: a saturated softmax passes no gradient back to its scores.
-    """
-    check_tensor("weights", weights)
-    if weights.dim() < 1:
-        raise ValueError("weights must have at least 1 dimension (..., n), got a scalar")
-    outer = weights.unsqueeze(-1) * weights.unsqueeze(-2)  # (..., n, n)
-    return torch.diag_embed(weights) - outer  # (..., n, n)
-
-
-@dataclass(frozen=True)
-class Saturation:
-    """How saturated a softmax is, averaged over rows of scores."""
-
-    score_std: float  # std of all the scores fed in
-    max_weight: float  # mean over rows of the largest weight (1/n uniform ... 1 one-hot)
-    entropy: float  # mean entropy of a row in nats (log n uniform ... 0 one-hot)
-    jacobian_mean: float  # mean over rows of the Frobenius norm of the softmax Jacobian
-    jacobian_median: float  # its median: the typical row
-
-
-def saturation_stats(scores: Tensor) -> Saturation:
-    """Softmax saturation statistics for rows of scores ``(R, n)`` (softmax over the last dim)."""
-    check_tensor("scores", scores)
-    if scores.dim() != 2:
-        raise ValueError(
-            f"scores must have 2 dimensions (rows, n_keys), got shape {tuple(scores.shape)}"
-        )
-    s = scores.double()  # (R, n)
-    p = safe_softmax(s, dim=-1)  # (R, n)
-    # 0 * log 0 = 0: clamp only inside the log so that exact zeros contribute nothing.
-    entropy = -(p * p.clamp_min(1e-300).log()).sum(-1)  # (R,)
-    # A few rows at a time: the Jacobians of all rows at once take R n² numbers.
-    jac_norm = torch.cat(
-        [softmax_jacobian(rows).flatten(-2).norm(dim=-1) for rows in p.split(64)]
-    )  # (R,)
-    return Saturation(
-        score_std=float(s.std()),
-        max_weight=float(p.amax(-1).mean()),
-        entropy=float(entropy.mean()),
-        jacobian_mean=float(jac_norm.mean()),
-        jacobian_median=float(jac_norm.median()),
-    )
-
-
-def dot_product_scores(
-    n_rows: int,
-    n_keys: int,
-    d_k: int,
-    *,
-    scaled: bool,
-    generator: torch.Generator | None = None,
-) -> Tensor:
-    """Scores ``q · k_j`` (divided by ``sqrt(d_k)`` if ``scaled``) of random unit-variance vectors.
-
-    One query per row against its own ``n_keys`` keys: returns ``(n_rows, n_keys)``.
-    """
-    n_rows = check_positive_int("n_rows", n_rows)
-    n_keys = check_positive_int("n_keys", n_keys)
-    d_k = check_positive_int("d_k", d_k)
-    q = torch.randn(n_rows, 1, d_k, generator=generator)  # (R, 1, d_k)
-    k = torch.randn(n_rows, n_keys, d_k, generator=generator)  # (R, n, d_k)
-    scores = (q @ k.transpose(-2, -1)).squeeze(1)  # (R, n)
-    return scores / math.sqrt(d_k) if scaled else scores
 
 
 def saturation_by_width(
@@ -598,261 +426,8 @@ C6_SWEEP = Sweep(
 
 
 # ------------------------------------------------------------------------------------------
-# C7: a key-value retrieval task, trained with and without the scale
+# C7: the retrieval task (book.pages.ch02), trained with and without the scale
 # ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RetrievalBatch:
-    """``n_pairs`` (key, value) pairs per example and a query key; the answer is its value."""
-
-    keys: Tensor  # (B, N) int64, distinct within a row
-    values: Tensor  # (B, N) int64
-    query: Tensor  # (B,) int64, one of the row's keys
-    target: Tensor  # (B,) int64, the value stored under the query key
-
-
-def retrieval_batch(
-    batch_size: int,
-    n_pairs: int,
-    n_keys: int,
-    n_values: int,
-    *,
-    generator: torch.Generator | None = None,
-) -> RetrievalBatch:
-    """A batch of the retrieval task: a little dictionary, then a lookup.
-
-    Each row holds ``n_pairs`` distinct keys from ``range(n_keys)``, each with a value drawn
-    uniformly from ``range(n_values)``; the query is one of the row's keys chosen uniformly,
-    and the target is the value stored under it. Without looking up the key, a model can do no
-    better than guess among the row's values.
-    """
-    batch_size = check_positive_int("batch_size", batch_size)
-    n_pairs = check_positive_int("n_pairs", n_pairs)
-    n_keys = check_positive_int("n_keys", n_keys)
-    n_values = check_positive_int("n_values", n_values)
-    if n_pairs > n_keys:
-        raise ValueError(f"n_pairs must be <= n_keys={n_keys} (keys are distinct), got {n_pairs}")
-    # A random permutation per row, truncated: distinct keys without a Python loop.
-    keys = torch.rand(batch_size, n_keys, generator=generator).argsort(-1)[:, :n_pairs]  # (B, N)
-    values = torch.randint(n_values, (batch_size, n_pairs), generator=generator)  # (B, N)
-    pick = torch.randint(n_pairs, (batch_size, 1), generator=generator)  # (B, 1)
-    query = keys.gather(1, pick).squeeze(1)  # (B,)
-    target = values.gather(1, pick).squeeze(1)  # (B,)
-    return RetrievalBatch(keys=keys, values=values, query=query, target=target)
-
-
-class RetrievalModel(nn.Module):
-    """One attention head that reads a dictionary of (key, value) pairs and answers a query.
-
-    Each pair becomes one token ``x_i = LayerNorm(E_key[k_i] + E_val[v_i])``; the query key
-    becomes ``x_q = LayerNorm(E_key[k])`` (the same key embedding). Then
-    ``q = x_q W_Q``, ``K = X W_K`` (width ``d_k``), ``V = X W_V`` (width ``d_model``), one
-    scaled dot-product attention over the ``N`` pair tokens, and a linear read-out to logits
-    over the values.
-
-    ``W_Q`` and ``W_K`` are initialised with std ``1/sqrt(d_model)`` (``qk_init="normal"``):
-    with LayerNorm'd inputs (unit-variance components) this gives ``q`` and ``k``
-    unit-variance components, the premise of C5, so the raw scores start with std ≈
-    ``sqrt(d_k)``. ``qk_init="torch"`` keeps ``nn.Linear``'s default instead (std
-    ``1/sqrt(3 d_model)``: scores start three times narrower); the other parameters are the
-    same either way. ``scaled=False`` multiplies the scores by 1 instead of ``1/sqrt(d_k)``;
-    nothing else differs, and both settings create their parameters in the same order, so
-    one seed gives both the same initial weights.
-    """
-
-    def __init__(
-        self,
-        n_keys: int,
-        n_values: int,
-        d_model: int,
-        d_k: int,
-        *,
-        scaled: bool = True,
-        qk_init: str = "normal",
-    ) -> None:
-        super().__init__()
-        self.d_model = check_positive_int("d_model", d_model)
-        self.d_k = check_positive_int("d_k", d_k)
-        self.key_embedding = nn.Embedding(check_positive_int("n_keys", n_keys), d_model)
-        self.value_embedding = nn.Embedding(check_positive_int("n_values", n_values), d_model)
-        self.norm = nn.LayerNorm(d_model)
-        self.w_q = nn.Linear(d_model, d_k, bias=False)
-        self.w_k = nn.Linear(d_model, d_k, bias=False)
-        self.w_v = nn.Linear(d_model, d_model, bias=False)
-        self.readout = nn.Linear(d_model, n_values)
-        if check_choice("qk_init", qk_init, QK_INITS) == "normal":
-            for proj in (self.w_q, self.w_k):
-                nn.init.normal_(proj.weight, std=1.0 / math.sqrt(d_model))
-        self.scaled = bool(scaled)
-        self.scale = 1.0 / math.sqrt(d_k) if scaled else 1.0
-
-    def project(self, keys: Tensor, values: Tensor, query: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``q (B, 1, 1, d_k)``, ``k (B, 1, N, d_k)``, ``v (B, 1, N, d_model)`` (one head)."""
-        for name, t in (("keys", keys), ("values", values)):
-            check_tensor(name, t)
-            if t.dim() != 2:
-                raise ValueError(f"{name} must have shape (B, N), got {tuple(t.shape)}")
-        check_tensor("query", query)
-        if keys.shape != values.shape or query.shape != keys.shape[:1]:
-            raise ValueError(
-                f"expected keys (B, N), values (B, N) and query (B,), got {tuple(keys.shape)}, "
-                f"{tuple(values.shape)} and {tuple(query.shape)}"
-            )
-        x = self.norm(self.key_embedding(keys) + self.value_embedding(values))  # (B, N, D)
-        x_q = self.norm(self.key_embedding(query))  # (B, D)
-        q = self.w_q(x_q)[:, None, None, :]  # (B, 1, 1, d_k)
-        k = self.w_k(x)[:, None]  # (B, 1, N, d_k)
-        v = self.w_v(x)[:, None]  # (B, 1, N, D)
-        return q, k, v
-
-    def forward(
-        self, keys: Tensor, values: Tensor, query: Tensor, *, need_weights: bool = False
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """Logits ``(B, n_values)``; with ``need_weights`` also the weights ``(B, N)``."""
-        q, k, v = self.project(keys, values, query)
-        out, weights = scaled_dot_product_attention(
-            q, k, v, scale=self.scale, need_weights=True
-        )  # (B, 1, 1, D), (B, 1, 1, N)
-        logits = self.readout(out[:, 0, 0])  # (B, n_values)
-        if need_weights:
-            return logits, weights[:, 0, 0]
-        return logits
-
-
-@dataclass(frozen=True)
-class GradientSnapshot:
-    """Where the gradient of the loss goes, on one batch, at the current parameters."""
-
-    score_grad_mean: float  # mean over examples of |∂loss_b / ∂scores_b|
-    score_grad_median: float  # the same, median: the typical example
-    top_decile_share: float  # share of Σ_b |∂loss_b / ∂scores_b|² carried by the top 10 %
-    w_q_grad_norm: float  # |∂loss / ∂W_Q| (Frobenius), the batch-mean loss
-
-
-def gradient_snapshot(model: RetrievalModel, batch: RetrievalBatch) -> GradientSnapshot:
-    """Backpropagate the mean cross-entropy on ``batch`` once and measure the gradients.
-
-    The scores are materialised (``q kᵀ · scale``, then the package's ``safe_softmax``) so that
-    their gradient can be read; this computes the same logits as ``model(...)``. The model's
-    ``.grad`` fields are cleared before returning.
-    """
-    model.zero_grad(set_to_none=True)
-    q, k, v = model.project(batch.keys, batch.values, batch.query)
-    scores = (q @ k.transpose(-2, -1)) * model.scale  # (B, 1, 1, N)
-    scores.retain_grad()
-    weights = safe_softmax(scores, dim=-1)  # (B, 1, 1, N)
-    logits = model.readout((weights @ v)[:, 0, 0])  # (B, n_values)
-    F.cross_entropy(logits, batch.target).backward()
-    n = scores.shape[0]
-    # The loss is a mean over the batch: n * grad is each example's own gradient.
-    per_example = (scores.grad * n).flatten(1).norm(dim=-1)  # (B,)
-    squared = per_example.double().pow(2).sort(descending=True).values  # (B,)
-    top = max(1, n // 10)
-    share = float(squared[:top].sum() / squared.sum()) if squared.sum() > 0 else float("nan")
-    snapshot = GradientSnapshot(
-        score_grad_mean=float(per_example.mean()),
-        score_grad_median=float(per_example.median()),
-        top_decile_share=share,
-        w_q_grad_norm=float(model.w_q.weight.grad.norm()),
-    )
-    model.zero_grad(set_to_none=True)
-    return snapshot
-
-
-@dataclass(frozen=True)
-class RetrievalRun:
-    """What :func:`train_retrieval` measured."""
-
-    scaled: bool
-    d_k: int
-    losses: list[float]  # training loss at every step
-    init_score_std: float  # std of the scaled scores (what softmax sees) at initialisation
-    init_max_weight: float  # mean largest attention weight at initialisation
-    init_gradients: GradientSnapshot  # on the held-out batch, before the first step
-    accuracy: float  # on a held-out batch after training
-    final_max_weight: float  # mean largest attention weight after training
-
-
-def _attention_snapshot(model: RetrievalModel, batch: RetrievalBatch) -> tuple[float, float]:
-    """(std of the scores softmax sees, mean largest weight) on ``batch``, without gradients."""
-    with torch.no_grad():
-        q, k, _ = model.project(batch.keys, batch.values, batch.query)
-        scores = (q @ k.transpose(-2, -1)) * model.scale  # (B, 1, 1, N)
-        weights = safe_softmax(scores, dim=-1)  # (B, 1, 1, N)
-    return float(scores.std()), float(weights.amax(-1).mean())
-
-
-def train_retrieval(
-    *,
-    scaled: bool,
-    d_k: int = 512,
-    steps: int = 400,
-    batch_size: int = 64,
-    n_pairs: int = 8,
-    n_keys: int = 64,
-    n_values: int = 64,
-    d_model: int = 64,
-    lr: float = 1e-3,
-    seed: int = 0,
-    eval_size: int = 1024,
-    progress: bool = False,
-    num_threads: int | None = 1,
-    qk_init: str = "normal",
-) -> RetrievalRun:
-    """Train :class:`RetrievalModel` with the book's loop (:func:`fit`); same seed = same data
-    and initialisation.
-
-    The model's parameters come from ``torch.manual_seed(seed)``; the batches from a separate
-    generator seeded with ``seed + 1``, so that runs differing only in ``scaled`` see exactly
-    the same examples in the same order. Accuracy is measured on ``eval_size`` held-out
-    examples from a third generator.
-
-    ``num_threads``: torch threads while training (``None`` leaves the setting alone). The
-    model is tiny, so a second thread buys nothing, and when other processes share the cores,
-    threads waiting for each other made the loop many times slower.
-
-    ``qk_init``: how ``W_Q``, ``W_K`` start (see :class:`RetrievalModel`).
-    """
-    torch.manual_seed(seed)
-    model = RetrievalModel(n_keys, n_values, d_model, d_k, scaled=scaled, qk_init=qk_init)
-    held_out = retrieval_batch(
-        eval_size, n_pairs, n_keys, n_values, generator=torch.Generator().manual_seed(seed + 2)
-    )
-    init_std, init_max = _attention_snapshot(model, held_out)
-    init_gradients = gradient_snapshot(model, held_out)
-    log = fit(
-        model,
-        lambda generator: retrieval_batch(
-            batch_size, n_pairs, n_keys, n_values, generator=generator
-        ),
-        _retrieval_loss,
-        steps=steps,
-        lr=lr,
-        data_seed=seed + 1,
-        threads=num_threads,
-        progress=progress,
-        desc=f"d_k={d_k} {'scaled' if scaled else 'unscaled'}",
-    )
-    with torch.no_grad():
-        logits = model(held_out.keys, held_out.values, held_out.query)  # (B, n_values)
-        accuracy = float((logits.argmax(-1) == held_out.target).float().mean())
-    _, final_max = _attention_snapshot(model, held_out)
-    return RetrievalRun(
-        scaled=bool(scaled),
-        d_k=d_k,
-        losses=log.losses,
-        init_score_std=init_std,
-        init_max_weight=init_max,
-        init_gradients=init_gradients,
-        accuracy=accuracy,
-        final_max_weight=final_max,
-    )
-
-
-def _retrieval_loss(model: RetrievalModel, batch: RetrievalBatch) -> Tensor:
-    return F.cross_entropy(model(batch.keys, batch.values, batch.query), batch.target)
-
 
 # C7's thresholds, read off the claim ("barely moves for the first few hundred steps; with
 # scaling it falls normally") and fixed before the runs.
@@ -929,12 +504,7 @@ def c7_evidence(runs: dict[int, tuple[RetrievalRun, RetrievalRun]]) -> list[C7Ev
 def c7_verdict(runs: dict[int, tuple[RetrievalRun, RetrievalRun]]) -> str:
     """C7's verdict on ``runs`` (seed -> (scaled, unscaled) runs): ``"reproduced"``,
     ``"partly"`` or ``"not reproduced"``, by the thresholds above."""
-    holds = [e.holds for e in c7_evidence(runs)]
-    if all(h == "in full" for h in holds):
-        return "reproduced"
-    if "no" in holds:
-        return "not reproduced"
-    return "partly"
+    return _over_seeds([e.holds for e in c7_evidence(runs)])
 
 
 def assert_c7_plateau(runs: dict[int, tuple[RetrievalRun, RetrievalRun]]) -> list[float]:

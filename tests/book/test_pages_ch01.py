@@ -1,8 +1,11 @@
-"""book.experiments.ch01 against independent references: per-row loops over the task's
-batches, torch's fused nn.LSTM for the unrolled loop and the classifier, and a task that a
-trained model must solve."""
+"""The definitions on chapter 1's page (book.pages.ch01) against independent references:
+per-row loops over the task's batches, torch's fused nn.LSTM for the unrolled loop and the
+classifier, torch's own modules for the section 1.2 models, a hand-made geometric profile for
+the decay summary, and an explicit loop for the identity-initialised RNN."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -10,17 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from book.experiments.ch01 import (
-    C1_SEQ_LEN,
-    C3_USES_SIGNAL,
+from book.experiments.gradients import GradientProfile, sequential_depth
+from book.pages.ch01 import (
     LSTMClassifier,
-    assert_c2_depth_grows_with_n,
-    assert_c3_attention_and_control_solve,
-    assert_c4_paths,
-    c1_ratio_threshold,
-    c1_summary,
-    c1_verdict,
-    c3_verdict,
+    identity_rnn,
+    linear_scan_rounds,
+    outputs_of,
+    rate_and_ratio,
+    recurrent_models,
     signal_batch,
     unrolled_lstm,
 )
@@ -189,124 +189,96 @@ def test_forget_bias_raises_the_forget_gate_in_every_layer_only():
 
 
 # ------------------------------------------------------------------------------------------
-# The asserting functions fail when their claim is false
+# Section 1.2's models and the decay summary
 # ------------------------------------------------------------------------------------------
 
 
-def test_c2_assert_passes_on_the_claim_and_fails_on_counter_examples():
-    lengths = [16, 32, 64]
-    assert_c2_depth_grows_with_n(lengths, {"LSTM": lengths}, {"attention": [1, 1, 1]})
-    with pytest.raises(AssertionError, match="not n"):  # a fused LSTM measured as 5 at every n
-        assert_c2_depth_grows_with_n(lengths, {"nn.LSTM": [5, 5, 5]}, {"attention": [1, 1, 1]})
-    with pytest.raises(AssertionError, match="changes with n"):  # attention growing with n
-        assert_c2_depth_grows_with_n(lengths, {"LSTM": lengths}, {"attention": lengths})
-    with pytest.raises(AssertionError, match="not O"):
-        assert_c2_depth_grows_with_n(lengths, {"LSTM": lengths}, {"attention": [9, 9, 9]})
-    with pytest.raises(ValueError, match="at least one"):
-        assert_c2_depth_grows_with_n(lengths, {}, {"attention": [1, 1, 1]})
+def test_recurrent_models_are_torchs_modules_drawn_in_order_with_one_gate_opened():
+    torch.manual_seed(3)
+    models = recurrent_models(5, forget_bias=3.0)
+    torch.manual_seed(3)  # the same draws, written out
+    want = [nn.RNN(5, 5, batch_first=True), nn.GRU(5, 5, batch_first=True)]
+    want += [nn.LSTM(5, 5, batch_first=True), nn.LSTM(5, 5, batch_first=True)]
+    assert list(models) == ["RNN (tanh)", "GRU", "LSTM", "LSTM, forget bias +3"]
+    for (name, got), ref in zip(models.items(), want, strict=True):
+        assert type(got) is type(ref) and got.batch_first
+        for (key, a), b in zip(got.state_dict().items(), ref.state_dict().values(), strict=True):
+            delta = torch.zeros_like(b)
+            if name.startswith("LSTM, forget") and key == "bias_ih_l0":
+                delta[5:10] = 3.0  # gates (input, forget, cell, output): the second block
+            torch.testing.assert_close(a, b + delta)
+    assert "LSTM, forget bias +5" in recurrent_models(5, forget_bias=5.0)
+    with pytest.raises(ValueError, match="width"):
+        recurrent_models(0, forget_bias=3.0)
 
 
-def test_c4_assert_passes_on_the_claim_and_fails_on_counter_examples():
-    rnn, attn, control = [1, 2, 3, 4], [1, 1, 1, 1], [1, None, None, None]
-    assert_c4_paths(rnn, attn, control)
-    with pytest.raises(AssertionError, match="RNN path"):  # an RNN measured as constant
-        assert_c4_paths([7, 7, 7, 7], attn, control)
-    with pytest.raises(AssertionError, match="attention path"):
-        assert_c4_paths(rnn, [1, 2, 3, 4], control)
-    with pytest.raises(AssertionError, match="no-mixing control"):  # what the old count said
-        assert_c4_paths(rnn, attn, [5, 5, 5, 5])
+def test_outputs_of_drops_the_final_state():
+    torch.manual_seed(0)
+    rnn = nn.GRU(3, 4, batch_first=True)
+    x = torch.randn(2, 5, 3, generator=_gen())
+    torch.testing.assert_close(outputs_of(rnn)(x), rnn(x)[0])
 
 
-def test_c3_assert_fails_when_a_reference_model_fails():
-    assert_c3_attention_and_control_solve([1.0, 0.98, 0.95], [1.0, 1.0, 0.99], 0.8)
-    with pytest.raises(AssertionError, match="attention did not solve"):
-        assert_c3_attention_and_control_solve([1.0, 0.3, 1.0], [1.0, 1.0, 1.0], 0.8)
-    with pytest.raises(AssertionError, match="control LSTM"):
-        assert_c3_attention_and_control_solve([1.0, 1.0, 1.0], [0.25, 1.0, 1.0], 0.8)
-    with pytest.raises(AssertionError, match="on the signal"):
-        assert_c3_attention_and_control_solve([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], 0.1)
+def test_identity_rnn_carries_its_state_unchanged():
+    torch.manual_seed(0)
+    rnn = identity_rnn(4).double()
+    x = torch.randn(2, 6, 4, dtype=torch.float64, generator=_gen())
+    w = rnn.weight_ih_l0.detach()  # (H, D): the only drawn weight
+    h = torch.zeros(2, 4, dtype=torch.float64)
+    want = []
+    for t in range(6):  # h_t = relu(x_t W_ihᵀ + h_(t-1)): identity recurrence, no bias
+        h = torch.relu(x[:, t] @ w.T + h)
+        want.append(h)
+    torch.testing.assert_close(rnn(x)[0], torch.stack(want, 1))
 
 
-def test_c3_verdict_follows_the_seeds():
-    chance = [0.25, 0.26, 0.24]
-    assert c3_verdict({"LSTM 32": chance}, {"forget +5": chance}) == "reproduced"
-    # The reported picture: +5 works on two seeds of three.
-    assert c3_verdict({"LSTM 32": chance}, {"forget +5": [0.74, 0.71, 0.26]}) == "partly"
-    # A remedy that works on every seed: a tuning problem after all.
-    assert c3_verdict({"LSTM 32": chance}, {"forget +5": [0.9, 0.8, 0.7]}) == "not reproduced"
-    # A default LSTM that uses the signal: the failure itself is not there.
-    assert c3_verdict({"LSTM 32": [C3_USES_SIGNAL, 0.3, 0.3]}, {}) == "not reproduced"
-    with pytest.raises(ValueError, match="default"):
-        c3_verdict({}, {"forget +5": chance})
+def _profile(norms: list[float]) -> GradientProfile:
+    """A profile read out at the last of len(norms) positions; norms indexed by distance."""
+    by_position = torch.tensor(norms[::-1], dtype=torch.float64)  # position j = L - 1 - d
+    n = len(norms)
+    return GradientProfile(n - 1, n - 1 - torch.arange(n), by_position, by_position[None])
+
+
+def test_rate_and_ratio_of_a_geometric_decay():
+    r, n = 0.9, 40
+    profile = _profile([r**d for d in range(n)])
+    rate, ratio = rate_and_ratio(profile, near=(1, 4), far=10, fit=(1, 20))
+    assert rate == pytest.approx(r, rel=1e-9)
+    near = sum(r**d for d in range(1, 5)) / 4
+    far = sum(r**d for d in range(30, 40)) / 10  # the last 10 distances
+    assert ratio == pytest.approx(far / near, rel=1e-9)
+    # A flat profile: factor 1, ratio 1.
+    assert rate_and_ratio(_profile([2.0] * n), near=(1, 4), far=10, fit=(1, 20)) == (
+        pytest.approx(1.0),
+        pytest.approx(1.0),
+    )
 
 
 # ------------------------------------------------------------------------------------------
-# C1's verdict
+# The linear recurrence by parallel scan (section 1.3)
 # ------------------------------------------------------------------------------------------
 
-OPEN = "LSTM, forget bias +3"
+
+@pytest.mark.parametrize("seq_len", [1, 2, 5, 8, 13])
+def test_linear_scan_equals_the_sequential_loop(seq_len):
+    decay = torch.linspace(0.5, 1.0, 3, dtype=torch.float64)  # (D,)
+    x = torch.randn(2, seq_len, 3, dtype=torch.float64, generator=_gen(seq_len))
+    h, want = torch.zeros(2, 3, dtype=torch.float64), []
+    for t in range(seq_len):  # h_t = a ⊙ h_(t-1) + x_t
+        h = decay * h + x[:, t]
+        want.append(h)
+    rounds = linear_scan_rounds(decay, seq_len)(x)
+    assert len(rounds) == max(1, math.ceil(math.log2(seq_len)))
+    torch.testing.assert_close(rounds[-1], torch.stack(want, 1), rtol=1e-12, atol=1e-12)
 
 
-def _c1(**changes: tuple[float, float]) -> dict[str, tuple[float, float]]:
-    """The chapter's picture at 500 tokens: (per-step factor, far/near ratio) per model."""
-    summary = {
-        "RNN (tanh)": (0.43, 1e-146),
-        "GRU": (0.62, 2e-85),
-        "LSTM": (0.60, 7e-88),
-        OPEN: (0.97, 5e-3),
-        "self-attention": (1.001, 1.02),
-    }
-    return summary | changes
+@pytest.mark.parametrize(("n", "depth"), [(8, 3), (16, 4), (32, 5), (64, 6)])
+def test_linear_scan_depth_is_log2_n(n, depth):
+    decay = torch.full((4,), 0.9, dtype=torch.float64)
+    x = torch.randn(1, n, 4, dtype=torch.float64, generator=_gen(n))
+    assert sequential_depth(linear_scan_rounds(decay, n), x, generator=_gen()) == depth
 
 
-def test_c1_verdict_reproduced_on_the_chapters_picture():
-    assert c1_verdict(_c1(), eased=OPEN) == "reproduced"
-
-
-def test_c1_verdict_partly_when_the_eased_model_is_cured_or_does_not_ease():
-    # An open gate that keeps half the gradient over 500 steps: "does not cure" fails.
-    assert c1_verdict(_c1(**{OPEN: (0.998, 0.48)}), eased=OPEN) == "partly"
-    # ... or one whose gradient grows with distance (forget bias +5 on seed 1).
-    assert c1_verdict(_c1(**{OPEN: (1.006, 24.0)}), eased=OPEN) == "partly"
-    # An IRNN as the eased model, flat like attention.
-    assert c1_verdict(_c1(IRNN=(0.999, 0.49)), eased="IRNN") == "partly"
-    # A raised bias that decays as fast as the default LSTM: "eases" fails.
-    assert c1_verdict(_c1(**{OPEN: (0.59, 1e-80)}), eased=OPEN) == "partly"
-
-
-def test_c1_verdict_not_reproduced_without_decay_or_without_a_flat_reference():
-    # A plain RNN that keeps its far gradient: no decay to ease.
-    assert c1_verdict(_c1(**{"RNN (tanh)": (0.99, 1e-2)}), eased=OPEN) == "not reproduced"
-    # A default LSTM losing only a few orders is not "dozens".
-    assert c1_verdict(_c1(LSTM=(0.9, 1e-10)), eased=OPEN) == "not reproduced"
-    # Attention that decays too: the measurement does not separate the models.
-    flat_fails = _c1(**{"self-attention": (0.95, 1e-5)})
-    assert c1_verdict(flat_fails, eased=OPEN) == "not reproduced"
-
-
-def test_c1_thresholds_scale_with_the_distance():
-    assert c1_ratio_threshold(1e-50, C1_SEQ_LEN) == pytest.approx(1e-50)
-    shorter = c1_ratio_threshold(1e-50, 200)
-    assert 1e-50 < shorter < 1e-10  # fewer orders over a shorter distance
-    # 1e-37 over 200 tokens is the same decay per step as about 1e-114 over 500.
-    short = _c1(**{"RNN (tanh)": (0.43, 1e-37), "GRU": (0.63, 8e-22), "LSTM": (0.61, 1e-22)})
-    short[OPEN] = (0.98, 0.085)
-    assert c1_verdict(short, eased=OPEN, seq_len=200) == "reproduced"
-    assert c1_verdict(short, eased=OPEN) == "not reproduced"  # judged as if over 500 tokens
-
-
-def test_c1_verdict_rejects_a_summary_without_its_models():
-    with pytest.raises(ValueError, match="IRNN"):
-        c1_verdict(_c1(), eased="IRNN")
+def test_linear_scan_rejects_a_bad_length():
     with pytest.raises(ValueError, match="seq_len"):
-        c1_verdict(_c1(), eased=OPEN, seq_len=50)
-
-
-def test_c1_summary_measures_what_the_verdict_reads():
-    summary = c1_summary(seed=0, seq_len=120, forget_bias=3.0, eased="irnn", width=8)
-    assert set(summary) == {"RNN (tanh)", "GRU", "LSTM", OPEN, "IRNN", "self-attention"}
-    rate, ratio = summary["IRNN"]
-    assert 0.95 < rate < 1.05 and ratio > 1e-2  # the identity keeps the gradient
-    assert summary["RNN (tanh)"][1] < summary[OPEN][1]
-    with pytest.raises(ValueError, match="eased"):
-        c1_summary(seed=0, seq_len=120, forget_bias=3.0, eased="gru")
+        linear_scan_rounds(torch.ones(2), 0)

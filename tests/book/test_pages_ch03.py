@@ -1,6 +1,6 @@
-"""book.experiments.ch03 against independent references: torch's FlopCounterMode for the
-FLOP count, per-row loops for the head masses, and the byte size of real key/value tensors
-for the cache formula."""
+"""The definitions on chapter 3's page (book.pages.ch03) against independent references:
+torch's FlopCounterMode for the FLOP count, torch's nn.MultiheadAttention for the parameter
+count, per-row loops for the head masses, and fit's own loop for the training step."""
 
 from __future__ import annotations
 
@@ -11,20 +11,16 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from attention.heads import MultiHeadAttention
-from book.experiments.ch03 import (
+from book.experiments.tasks import pairs_batch, pairs_loss
+from book.experiments.training import fit
+from book.pages.ch03 import (
     SOFTMAX_FLOPS_PER_SCORE,
     PairModel,
-    PairsRun,
-    assert_c9a_heads_split_without_new_parameters,
-    assert_c9b_heads_specialise,
-    assert_c10_rises_then_falls,
     attention_parameter_count,
-    c9b_specialisation_failures,
     head_relation_mass,
     mha_flops,
     train_pairs,
 )
-from book.experiments.tasks import pairs_batch
 
 FEW = settings(max_examples=12, deadline=None)  # each example runs a real forward pass
 
@@ -114,6 +110,17 @@ def test_head_relation_mass_refuses_a_wrong_partner_shape():
         head_relation_mass(torch.rand(2, 1, 4, 4), torch.zeros(2, 5, dtype=torch.long))
 
 
+def test_pair_model_reads_the_layer_it_is_built_from():
+    """The forward pass is embedding -> (positions) -> layer -> norm -> read-out, by hand."""
+    torch.manual_seed(0)
+    model = PairModel(4, 5, 8, 16, 4, positional="sinusoidal").eval()
+    b = pairs_batch(3, 4, 5, generator=_gen(1))
+    with torch.no_grad():
+        x = model.pos(model.embed(b.tokens))  # (B, L, D)
+        want = model.readout(model.norm(model.layer(x))).view(3, 8, 2, 5)
+        torch.testing.assert_close(model(b.tokens), want)
+
+
 @pytest.mark.parametrize("positional", ["rope", "sinusoidal", "learned"])
 def test_pair_model_shapes_and_weights(positional):
     torch.manual_seed(0)
@@ -130,102 +137,41 @@ def test_pair_model_refuses_unknown_positional():
         PairModel(4, 5, 8, 16, 4, positional="alibi")
 
 
+def test_train_pairs_is_fit_with_the_pairs_loss():
+    """train_pairs's losses are fit's on the same model, batches and loss, written out here."""
+    run = train_pairs(num_heads=2, steps=5, batch_size=16, eval_size=32, seed=3)
+    torch.manual_seed(3)
+    model = PairModel(6, 8, 12, 32, 2)
+    log = fit(
+        model,
+        lambda g: pairs_batch(16, 6, 8, generator=g),
+        lambda m, batch: pairs_loss(m(batch.tokens), batch.targets),
+        steps=5,
+        lr=1e-2,
+        data_seed=4,
+    )
+    assert run.losses == log.losses
+    held_out = pairs_batch(32, 6, 8, generator=_gen(5))
+    with torch.no_grad():
+        logits = model(held_out.tokens)  # (B, L, 2, 8)
+    hits = (logits.argmax(-1) == held_out.targets).double()  # (B, L, 2)
+    want_previous = hits[:, 1:, 0].mean().item()  # position 0 has no previous token
+    assert run.accuracy == pytest.approx((want_previous, hits[:, :, 1].mean().item()))
+    assert run.mean_accuracy == pytest.approx(sum(run.accuracy) / 2)
+
+
+def test_attention_parameter_count_is_torchs():
+    for d in (8, 48, 768):
+        with torch.device("meta"):
+            independent = torch.nn.MultiheadAttention(d, 4 if d % 4 == 0 else 1)
+        assert attention_parameter_count(d) == sum(p.numel() for p in independent.parameters())
+    with pytest.raises(ValueError, match="d_model"):
+        attention_parameter_count(0)
+
+
 def test_train_pairs_is_deterministic_and_learns():
     a = train_pairs(num_heads=2, steps=80, batch_size=32, eval_size=64, seed=1)
     b = train_pairs(num_heads=2, steps=20, batch_size=32, eval_size=64, seed=1)
     assert len(a.losses) == 80 and a.losses[:20] == b.losses  # same seed, same run
     assert a.head_mass.shape == (2, 2)
     assert sum(a.losses[-10:]) / 10 < 0.85 * a.losses[0]  # below ln 8: it uses the context
-
-
-# ------------------------------------------------------------------------------------------
-# MQA / GQA: the cache
-# ------------------------------------------------------------------------------------------
-
-
-def n_params(module: torch.nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
-def test_c9a_passes_for_the_real_layers_and_matches_torch():
-    d = 48
-    counts = {f"{h} heads": n_params(MultiHeadAttention(d, h)) for h in (1, 4, 12)}
-    independent = n_params(torch.nn.MultiheadAttention(d, 4))
-    assert independent == attention_parameter_count(d)
-    assert_c9a_heads_split_without_new_parameters(d, counts, independent=independent)
-
-
-def test_c9a_fails_when_a_head_count_changes_the_parameters():
-    d = 48
-    independent = attention_parameter_count(d)
-    with pytest.raises(AssertionError, match="head count changed"):
-        assert_c9a_heads_split_without_new_parameters(
-            d, {"1 head": independent, "12 heads": independent + 12 * d}, independent=independent
-        )
-
-
-def test_c9a_fails_when_the_independent_count_disagrees_with_the_hand_count():
-    d = 48
-    no_biases = 4 * d * d
-    with pytest.raises(AssertionError, match="hand count"):
-        assert_c9a_heads_split_without_new_parameters(
-            d, {"1 head": no_biases}, independent=no_biases
-        )
-
-
-def test_c10_passes_for_an_interior_optimum():
-    acc = {1: [0.55, 0.56, 0.55], 2: [0.99, 1.0, 0.98], 4: [0.99, 0.97, 1.0], 16: [0.6, 0.7, 0.65]}
-    assert assert_c10_rises_then_falls(acc, margin=0.1) == 2
-
-
-@pytest.mark.parametrize(
-    ("acc", "message"),
-    [
-        ({1: [0.5], 2: [0.7], 4: [0.8], 16: [0.95]}, "an end of the range"),  # more is better
-        ({1: [0.95], 2: [0.9], 4: [0.8], 16: [0.5]}, "an end of the range"),  # fewer is better
-        ({1: [0.5], 2: [0.9], 4: [0.88], 16: [0.85]}, "less than the margin"),  # a plateau
-    ],
-)
-def test_c10_fails_when_quality_does_not_rise_then_fall(acc, message):
-    with pytest.raises(AssertionError, match=message):
-        assert_c10_rises_then_falls(acc, margin=0.1)
-
-
-def test_c10_refuses_too_few_head_counts():
-    with pytest.raises(ValueError, match="at least 3"):
-        assert_c10_rises_then_falls({1: [0.5], 2: [0.9]}, margin=0.1)
-
-
-def _pairs_run(accuracy: tuple[float, float], masses: list[list[float]]) -> PairsRun:
-    return PairsRun(len(masses), 32, 0, [1.0], accuracy, torch.tensor(masses), model=None)
-
-
-SPECIALISED = (  # 1, 2 and 4 heads as the claim predicts (seed 0 of chapter 3)
-    _pairs_run((1.0, 0.21), [[0.99, 0.0]]),
-    _pairs_run((1.0, 1.0), [[0.99, 0.0], [0.0, 0.99]]),
-    _pairs_run((1.0, 1.0), [[0.02, 0.76], [0.97, 0.0], [0.1, 0.35], [0.02, 0.74]]),
-)
-
-
-def test_c9b_passes_specialised_heads_and_fails_when_heads_do_not_specialise():
-    assert c9b_specialisation_failures(*SPECIALISED) == []
-    assert_c9b_heads_specialise(*SPECIALISED)
-    run_1, _, run_4 = SPECIALISED
-    # Two heads that both attend to both relations: they solve the task, but not by splitting.
-    blended = _pairs_run((1.0, 1.0), [[0.5, 0.5], [0.5, 0.5]])
-    with pytest.raises(AssertionError, match="not one head per relation"):
-        assert_c9b_heads_specialise(run_1, blended, run_4)
-    # Two heads that fail the partner relation.
-    with pytest.raises(AssertionError, match="2 heads: accuracy"):
-        assert_c9b_heads_specialise(
-            run_1, _pairs_run((1.0, 0.5), [[0.99, 0.0], [0.0, 0.99]]), run_4
-        )
-    # One head that solves both: nothing forces heads to split work.
-    with pytest.raises(AssertionError, match="1 head: accuracy"):
-        assert_c9b_heads_specialise(_pairs_run((1.0, 1.0), [[0.99, 0.0]]), *SPECIALISED[1:])
-    # Four heads with nobody on the previous token.
-    spread_4 = _pairs_run((1.0, 1.0), [[0.3, 0.7]] * 4)
-    with pytest.raises(AssertionError, match="4 heads: no head"):
-        assert_c9b_heads_specialise(run_1, SPECIALISED[1], spread_4)
-    with pytest.raises(ValueError, match="run_2 must be a run with 2 head"):
-        c9b_specialisation_failures(run_1, run_1, run_4)

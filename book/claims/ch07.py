@@ -1,0 +1,608 @@
+"""Claims of chapter 7 (ViT, C25 Swin, C26 forecasting, C27 multimodal): thresholds, verdicts,
+``assert_*`` functions and the cost runners.
+
+The models, tasks and training steps are on the chapter's page (``book.pages.ch07``); this
+module judges what they measured. Each ``*_verdict`` function returns one of
+:data:`book.claims.VERDICTS` from the numbers alone; each ``assert_*`` raises
+``AssertionError`` when its measurement says the claim (or the text's reading of it) is false.
+
+Also here, because only this chapter's claims use them: :func:`forward_cost` (FLOPs, peak
+bytes and time of one forward call of a whole model, as a :class:`measure.cost.Cost` whose
+``seq_len`` is the token count), :func:`vit_cost`, :func:`layer_cost`, :func:`quadratic_fit`
+and :func:`growth`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from attention.vision import VisionTransformer
+from book.pages.ch07 import QUADRANTS
+from measure.cost import Cost
+from measure.flops import matmul_flop_counter
+from measure.memory import peak_extra_bytes
+from measure.timing import time_forward
+
+Tensor = torch.Tensor
+
+# ------------------------------------------------------------------------------------------
+# Thresholds, each set from its claim
+# ------------------------------------------------------------------------------------------
+
+# "ViT cost explodes": without the exact dense count, a fitted N² term that makes up at least a
+# tenth of the FLOPs at the largest image still means quadratic growth (less is round-off or
+# a linear cost).
+QUADRATIC_SHARE = 0.10
+# "ViTs need more data": with 150 digits the CNN must lead by at least 3 points of mean
+# accuracy (less is within what a seed moves), and with all digits the lead must be smaller.
+DATA_GAP = 0.03
+# ... and "the gap shrinks" means by at least as much: 3 points of mean accuracy (a gap of 0.200
+# that becomes 0.199 has not shrunk, it has stayed).
+GAP_SHRINK = 0.03
+# C25 task: chance for four colours, how far above it "cannot see" may wander (a seed's
+# noise on 512 maps), and the accuracy that counts as "solved".
+COPY_CHANCE, COPY_SLACK, SOLVED = 0.25, 0.10, 0.90
+# C26: "as good as" = a mean test MSE at most 10 % above the plain Transformer's.
+AS_GOOD = 0.10
+# C27 cross-attention: twice the uniform share (4 of 16 patches = 0.25) on the word's own
+# quadrant, and digits read at eight times chance (0.1).
+MIN_MASS, MIN_READ_ACC = 0.5, 0.8
+# C27 CLIP: retrieval among 100 pairs at ten times chance (0.01).
+MIN_RETRIEVAL = 0.10
+
+TRANSFORMERS = ("Transformer", "+ time", "Informer-style")
+
+
+def _mean(values: Sequence[float]) -> float:
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError("need at least one value (one per seed)")
+    return sum(values) / len(values)
+
+
+# ------------------------------------------------------------------------------------------
+# Cost runners
+# ------------------------------------------------------------------------------------------
+
+
+def forward_cost(
+    model: nn.Module, inputs: Tensor, tokens: int, *, timed: bool = True, repeats: int = 1
+) -> Cost:
+    """FLOPs, peak bytes and time (median of ``repeats`` calls after one warm-up) of
+    ``model(inputs)`` without autograd; ``seq_len`` is ``tokens``, the tokens attended over."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    model.eval()
+    with torch.no_grad():
+        peak = peak_extra_bytes(lambda: model(inputs))
+        counter = matmul_flop_counter()
+        with counter:
+            model(inputs)
+    seconds = time_forward(lambda: model(inputs), repeats=repeats) if timed else math.nan
+    return Cost(tokens, int(peak), int(counter.get_total_flops()), seconds)
+
+
+def vit_cost(
+    image_size: int,
+    patch_size: int,
+    *,
+    d_model: int = 32,
+    num_heads: int = 4,
+    num_layers: int = 2,
+    timed: bool = True,
+) -> Cost:
+    """One forward call of a :class:`attention.vision.VisionTransformer` on one square
+    greyscale image of ``image_size`` pixels: ``seq_len = (image_size / patch_size)² + 1``
+    (the patches and ``[CLS]``)."""
+    torch.manual_seed(0)
+    model = VisionTransformer(
+        image_size, patch_size, 1, 10,
+        d_model=d_model, num_heads=num_heads, num_layers=num_layers, d_ff=2 * d_model,
+    )  # fmt: skip
+    images = torch.randn(1, 1, image_size, image_size, generator=torch.Generator().manual_seed(0))
+    return forward_cost(model, images, model.embedding.num_tokens, timed=timed)
+
+
+def layer_cost(layer: nn.Module, grid: int, d_model: int, *, timed: bool = True) -> Cost:
+    """FLOPs, bytes and time of ``layer`` on one ``(1, grid², d_model)`` token map."""
+    x = torch.randn(1, grid * grid, d_model, generator=torch.Generator().manual_seed(0))
+    return forward_cost(layer, x, grid * grid, timed=timed)
+
+
+@dataclass(frozen=True)
+class Quadratic:
+    """``value ≈ c0 + c1·n + c2·n²`` fitted in float64; ``max_residual`` over the points."""
+
+    c0: float
+    c1: float
+    c2: float
+    max_residual: float
+
+
+def quadratic_fit(ns: Sequence[int], values: Sequence[float]) -> Quadratic:
+    """Least-squares ``c0 + c1·n + c2·n²`` through at least three points (float64).
+
+    With exact counts (FLOPs) and four or more points, a zero residual shows the count *is*
+    a quadratic in ``n``, and ``c2`` its quadratic coefficient.
+    """
+    if len(ns) != len(values) or len(ns) < 3:
+        raise ValueError(
+            f"need as many values as ns, at least 3; got {len(ns)} ns and {len(values)} values"
+        )
+    n = torch.tensor([float(v) for v in ns], dtype=torch.float64)
+    y = torch.tensor([float(v) for v in values], dtype=torch.float64)
+    scale = n.max()
+    design = torch.stack([torch.ones_like(n), n / scale, (n / scale) ** 2], dim=1)  # (P, 3)
+    coef = torch.linalg.lstsq(design, y[:, None]).solution[:, 0]  # (3,)
+    residual = float((design @ coef - y).abs().max())
+    return Quadratic(float(coef[0]), float(coef[1] / scale), float(coef[2] / scale**2), residual)
+
+
+def growth(values: Sequence[float]) -> list[float]:
+    """Ratios of consecutive values: ``[v1/v0, v2/v1, ...]``, rounded to 4 digits."""
+    return [round(b / a, 4) for a, b in zip(values, values[1:], strict=False)]
+
+
+# ------------------------------------------------------------------------------------------
+# ViT
+# ------------------------------------------------------------------------------------------
+
+
+def _vit_cost_parts(tokens, flops, d_model, num_layers) -> tuple[Quadratic, bool, bool]:
+    if len(tokens) < 4:
+        raise ValueError(f"need at least 4 (tokens, flops) points, got {len(tokens)}")
+    fit_ = quadratic_fit(tokens, flops)
+    exact = fit_.max_residual <= 1e-6 * max(flops)
+    predicted = math.isclose(fit_.c2, 4 * num_layers * d_model, rel_tol=1e-6)
+    return fit_, exact, predicted
+
+
+def vit_cost_verdict(
+    tokens: Sequence[int], flops: Sequence[int], *, d_model: int, num_layers: int
+) -> str:
+    """Verdict on "its cost explodes with the resolution (quadratic in the patches)": reproduced
+    when the FLOPs are exactly a quadratic in the tokens with the ``N²`` coefficient dense
+    attention predicts (``4 · layers · d``); partly when a fitted ``N²`` term that is not that
+    one still makes up at least :data:`QUADRATIC_SHARE` of the largest count; not reproduced
+    when it does not (the cost is about linear)."""
+    fit_, exact, predicted = _vit_cost_parts(tokens, flops, d_model, num_layers)
+    if exact and predicted:
+        return "reproduced"
+    quadratic_share = fit_.c2 * max(tokens) ** 2 / max(flops)  # at the largest image
+    return "partly" if quadratic_share >= QUADRATIC_SHARE else "not reproduced"
+
+
+def assert_vit_cost_quadratic(
+    tokens: Sequence[int], flops: Sequence[int], *, d_model: int, num_layers: int
+) -> Quadratic:
+    """A ViT's FLOPs are a quadratic in the token count whose ``N²`` coefficient is exactly
+    ``4 · num_layers · d_model`` (the two attention products, ``QKᵀ`` and ``AV``, of every
+    layer). Needs at least four exact counts: three fix a quadratic, the others test it."""
+    fit_, exact, predicted = _vit_cost_parts(tokens, flops, d_model, num_layers)
+    assert exact, (
+        f"the FLOP counts are not a quadratic in the token count: residual "
+        f"{fit_.max_residual:.3g} of {max(flops):.3g}"
+    )
+    assert predicted, (
+        f"the N² coefficient is {fit_.c2:.6g}, expected 4·layers·d = "
+        f"{4 * num_layers * d_model}: the FLOPs do not grow as dense attention over the tokens "
+        f"predicts"
+    )
+    return fit_
+
+
+def vit_data_gaps(
+    *,
+    vit_small: Sequence[float],
+    cnn_small: Sequence[float],
+    vit_full: Sequence[float],
+    cnn_full: Sequence[float],
+) -> tuple[float, float]:
+    """The CNN's lead in mean accuracy (CNN − ViT) with little data and with all of it."""
+    return _mean(cnn_small) - _mean(vit_small), _mean(cnn_full) - _mean(vit_full)
+
+
+def vit_data_verdict(
+    gap_small: float, gap_full: float, *, margin: float = DATA_GAP, shrink: float = GAP_SHRINK
+) -> str:
+    """Verdict on "ViTs need more data": reproduced when the CNN leads by at least ``margin``
+    with little data and its lead shrinks by at least ``shrink`` with all of it; partly when
+    it leads by ``margin`` but the lead does not shrink that much; not reproduced when it does
+    not lead by ``margin`` with little data."""
+    if gap_small < margin:
+        return "not reproduced"
+    return "reproduced" if gap_small - gap_full >= shrink else "partly"
+
+
+def assert_vit_needs_more_data(
+    *,
+    vit_small: Sequence[float],
+    cnn_small: Sequence[float],
+    vit_full: Sequence[float],
+    cnn_full: Sequence[float],
+    margin: float = DATA_GAP,
+    shrink: float = GAP_SHRINK,
+) -> tuple[float, float]:
+    """With little data the CNN's mean accuracy beats the ViT's by at least ``margin``, and
+    with all the data the ViT's deficit is smaller by at least ``shrink``. Returns the two
+    gaps (CNN − ViT)."""
+    gap_small, gap_full = vit_data_gaps(
+        vit_small=vit_small, cnn_small=cnn_small, vit_full=vit_full, cnn_full=cnn_full
+    )
+    assert gap_small >= margin, (
+        f"with little data the CNN leads by only {gap_small:+.3f} (mean accuracy), less than "
+        f"the {margin} the claim predicts"
+    )
+    assert gap_small - gap_full >= shrink, (
+        f"the ViT's deficit does not shrink by {shrink} with more data: {gap_small:+.3f} with "
+        f"little, {gap_full:+.3f} with all"
+    )
+    return gap_small, gap_full
+
+
+# ------------------------------------------------------------------------------------------
+# C25, Swin
+# ------------------------------------------------------------------------------------------
+
+
+def _window_cost_parts(tokens, window, dense) -> tuple[bool, bool, bool]:
+    linear = []
+    for k in (0, 1):  # FLOPs, peak bytes
+        per_token = [w[k] / n for w, n in zip(window, tokens, strict=True)]
+        linear.append(max(per_token) - min(per_token) <= 1e-9 * max(per_token))
+    dense_growth, token_growth = growth([d[0] for d in dense]), growth(tokens)
+    faster = all(g > t for g, t in zip(dense_growth, token_growth, strict=True))
+    return linear[0], linear[1], faster
+
+
+def c25_cost_verdict(
+    *, tokens: Sequence[int], window: Sequence[tuple[int, int]], dense: Sequence[tuple[int, int]]
+) -> str:
+    """Verdict on "Window attention makes the cost linear in the image size": reproduced when
+    window attention's FLOPs and peak bytes per token are the same at every size and global
+    attention's FLOPs grow faster than the tokens; partly when only the FLOPs are linear (or
+    global attention is no worse); not reproduced when the window FLOPs are not linear."""
+    flops_linear, bytes_linear, faster = _window_cost_parts(tokens, window, dense)
+    if not flops_linear:
+        return "not reproduced"
+    return "reproduced" if bytes_linear and faster else "partly"
+
+
+def assert_c25_window_cost_linear(
+    *,
+    tokens: Sequence[int],
+    window: Sequence[tuple[int, int]],
+    dense: Sequence[tuple[int, int]],
+) -> None:
+    """Window attention: FLOPs and peak bytes per token identical at every size (exactly
+    linear in the area); global attention: FLOPs grow faster than the token count."""
+    flops_linear, bytes_linear, faster = _window_cost_parts(tokens, window, dense)
+    for what, ok, k in (("FLOPs", flops_linear, 0), ("peak bytes", bytes_linear, 1)):
+        assert ok, (
+            f"window attention's {what} per token change with the image size: "
+            f"{[w[k] / n for w, n in zip(window, tokens, strict=True)]}"
+        )
+    assert faster, (
+        f"global attention's FLOPs grow no faster than the tokens: "
+        f"×{growth([d[0] for d in dense])} vs ×{growth(tokens)}"
+    )
+
+
+def _shift_parts(fields: dict, own_window: Tensor) -> tuple[bool, bool, bool, list[int]]:
+    depths = sorted({d for _, d in fields})
+    regular_stays = all(torch.equal(fields[False, d], own_window) for d in depths)
+    later = [d for d in depths if d >= 2]
+    crosses = bool(later) and all(bool((fields[True, d] & ~own_window).any()) for d in later)
+    sizes = [int(fields[True, d].sum()) for d in depths]
+    grows = all(b > a for a, b in zip(sizes, sizes[1:], strict=False))
+    return regular_stays, crosses, grows, sizes
+
+
+def c25_shift_verdict(fields: dict, own_window: Tensor) -> str:
+    """``fields[(shifted, depth)]``: bool receptive fields. "Shifted windows let information
+    cross window borders": reproduced when regular windows keep the field to the token's own
+    window at every depth while shifted ones leave it from two blocks on and keep growing;
+    partly when they leave it but stop growing; not reproduced otherwise."""
+    regular_stays, crosses, grows, _ = _shift_parts(fields, own_window)
+    if not (regular_stays and crosses):
+        return "not reproduced"
+    return "reproduced" if grows else "partly"
+
+
+def assert_c25_shift_crosses_windows(fields: dict, own_window: Tensor) -> None:
+    """Regular windows: every field is exactly ``own_window``. Shifted: from two blocks on the
+    field reaches outside it and grows with every depth."""
+    for (shifted, d), field in sorted(fields.items()):
+        assert shifted or torch.equal(field, own_window), (
+            f"with regular windows only, {d} block(s) reach {int(field.sum())} tokens "
+            f"instead of exactly the token's window ({int(own_window.sum())})"
+        )
+    _, crosses, grows, sizes = _shift_parts(fields, own_window)
+    assert crosses, "with shifted windows the field never leaves the token's own window"
+    assert grows, f"with shifted windows the field does not grow with depth: sizes {sizes}"
+
+
+def c25_pyramid_verdict(
+    stages: Sequence[tuple[int, int]], *, suits_detection: bool | None = None
+) -> str:
+    """Verdict on "Patch merging gives hierarchical maps that suit detection and segmentation": the
+    pyramid (each stage halves the side and doubles the width) is measured here, the suitability
+    only by a detection experiment (``suits_detection``; ``None``: not run). Reproduced when
+    both hold; partly when the pyramid holds and the suitability is untested or fails; not
+    reproduced when the pyramid does not hold."""
+    if not _is_pyramid(stages):
+        return "not reproduced"
+    return "reproduced" if suits_detection else "partly"
+
+
+def _is_pyramid(stages: Sequence[tuple[int, int]]) -> bool:
+    return len(stages) >= 2 and all(
+        (s1, c1) == (s0 // 2, 2 * c0)
+        for (s0, c0), (s1, c1) in zip(stages, stages[1:], strict=False)
+    )
+
+
+def assert_c25_pyramid(stages: Sequence[tuple[int, int]]) -> None:
+    """Each patch-merging stage halves the map's side and doubles its width."""
+    for (s0, c0), (s1, c1) in zip(stages, stages[1:], strict=False):
+        assert (s1, c1) == (s0 // 2, 2 * c0), (
+            f"a merging stage took {s0}×{s0}×{c0} to {s1}×{s1}×{c1}, expected "
+            f"{s0 // 2}×{s0 // 2}×{2 * c0}"
+        )
+
+
+def c25_task_verdict(
+    *,
+    border_shifted: Sequence[float],
+    border_regular: Sequence[float],
+    inside_shifted: Sequence[float],
+    inside_regular: Sequence[float],
+) -> str:
+    """Verdict on "Without the shift, windows cannot pass information across their borders": not
+    reproduced when regular windows rise above chance + slack at the border at some seed (the
+    information crossed anyway); reproduced when they stay there while shifted windows solve the
+    border and both solve the inside at every seed; partly otherwise (blocked without the shift,
+    but the task not solved with it)."""
+    if max(border_regular) > COPY_CHANCE + COPY_SLACK:
+        return "not reproduced"
+    solved = min(border_shifted) >= SOLVED
+    learned = min(min(inside_shifted), min(inside_regular)) >= SOLVED
+    return "reproduced" if solved and learned else "partly"
+
+
+def assert_c25_shift_decides(
+    *,
+    border_shifted: Sequence[float],
+    border_regular: Sequence[float],
+    inside_shifted: Sequence[float],
+    inside_regular: Sequence[float],
+    chance: float = COPY_CHANCE,
+    solved: float = SOLVED,
+    slack: float = COPY_SLACK,
+) -> None:
+    """At the window border: regular windows stay within ``slack`` of chance at every seed,
+    shifted ones reach ``solved`` at every seed. Inside the windows both reach ``solved``."""
+    assert max(border_regular) <= chance + slack, (
+        f"regular windows reach {max(border_regular):.3f} at the border, more than chance "
+        f"{chance:.3f} + {slack}: information crossed the border without the shift"
+    )
+    assert min(border_shifted) >= solved, (
+        f"shifted windows reach only {min(border_shifted):.3f} at the border (a seed), below "
+        f"{solved}: the shift did not carry the neighbour's colour across"
+    )
+    for name, values in (("shifted", inside_shifted), ("regular", inside_regular)):
+        assert min(values) >= solved, (
+            f"{name} windows reach only {min(values):.3f} inside the windows, below {solved}: "
+            f"the task was not learned at all"
+        )
+
+
+# ------------------------------------------------------------------------------------------
+# C26, forecasting
+# ------------------------------------------------------------------------------------------
+
+
+def _series_means(mse: dict, series: str, names: Sequence[str]) -> dict[str, float]:
+    return {name: _mean(mse[series][name]) for name in names}
+
+
+def c26_claim_holds(by_model: dict, *, tol: float = AS_GOOD) -> bool:
+    """C26 on one series: the LSTM or the TCN is "as good as" the plain Transformer (mean MSE
+    at most ``tol`` above its mean) or "steadier" (a smaller range over the seeds)."""
+    plain = by_model["Transformer"]
+    for name in ("LSTM", "TCN"):
+        values = by_model[name]
+        if _mean(values) <= (1 + tol) * _mean(plain):
+            return True
+        if max(values) - min(values) < max(plain) - min(plain):
+            return True
+    return False
+
+
+def c26_verdict(mse: dict, *, tol: float = AS_GOOD) -> str:
+    """``mse[series][model]``: test MSEs over seeds. Reproduced when :func:`c26_claim_holds`
+    on every series, partly on some, not reproduced on none."""
+    holds = [c26_claim_holds(by_model, tol=tol) for by_model in mse.values()]
+    return "reproduced" if all(holds) else "partly" if any(holds) else "not reproduced"
+
+
+def assert_c26_recurrent_vs_attention(mse: dict, *, tol: float = AS_GOOD, holds: dict) -> None:
+    """``holds[series]``: the verdict the text states for that series. Fails when
+    :func:`c26_claim_holds` disagrees on any series."""
+    for series, by_model in mse.items():
+        got = c26_claim_holds(by_model, tol=tol)
+        means = {n: round(_mean(by_model[n]), 5) for n in ("LSTM", "TCN", "Transformer")}
+        ranges = {n: round(max(by_model[n]) - min(by_model[n]), 5) for n in means}
+        assert got == holds[series], (
+            f"{series}: the claim {'holds' if got else 'fails'} (means {means}, ranges {ranges}, "
+            f"tolerance {tol:.0%}), but the verdict says it {'holds' if holds[series] else 'fails'}"
+        )
+
+
+def c26_additions_verdict(mse: dict) -> str:
+    """Verdict on "time-aware encodings or ProbSparse help a Transformer": an addition helps on a
+    series when it lowers the plain Transformer's mean MSE. Reproduced when both additions help
+    on every series, not reproduced when neither helps on any, partly in between."""
+    helps = [
+        means[name] < means["Transformer"]
+        for series in mse
+        for means in [_series_means(mse, series, TRANSFORMERS)]
+        for name in ("+ time", "Informer-style")
+    ]
+    return "reproduced" if all(helps) else "partly" if any(helps) else "not reproduced"
+
+
+def assert_c26_additions_do_not_help(mse: dict) -> None:
+    """On every series, adding time-aware encodings, and ProbSparse on top, *raises* the
+    plain Transformer's mean MSE: the additions the claim recommends did not help here."""
+    for series in mse:
+        means = _series_means(mse, series, TRANSFORMERS)
+        for name in ("+ time", "Informer-style"):
+            assert means[name] > means["Transformer"], (
+                f"{series}: '{name}' lowers the Transformer's mean MSE ({means[name]:.4f} vs "
+                f"{means['Transformer']:.4f}): the addition helped"
+            )
+
+
+def c26_linear_verdict(mse: dict) -> str:
+    """Zeng et al.: "a linear model beats Transformer forecasters". Reproduced when DLinear's
+    mean MSE is below every Transformer variant's on every series; partly when it is below
+    every variant's on some series, or below the Informer-style one's (the kind Zeng et al.
+    compared against) on every series; not reproduced otherwise."""
+    beats_all, beats_informer = [], []
+    for series in mse:
+        linear = _mean(mse[series]["DLinear"])
+        means = _series_means(mse, series, TRANSFORMERS)
+        beats_all.append(linear < min(means.values()))
+        beats_informer.append(linear < means["Informer-style"])
+    if all(beats_all):
+        return "reproduced"
+    return "partly" if any(beats_all) or all(beats_informer) else "not reproduced"
+
+
+def assert_c26_linear_anchor(mse: dict, naive: dict, *, beats_all: dict) -> None:
+    """On every series DLinear's mean MSE is below the Informer-style model's and below the
+    seasonal naive forecast's ``naive[series]``; and it is below *every* Transformer variant's
+    exactly on the series where ``beats_all[series]`` says so."""
+    for series in mse:
+        linear = _mean(mse[series]["DLinear"])
+        means = _series_means(mse, series, TRANSFORMERS)
+        assert linear < means["Informer-style"], (
+            f"{series}: DLinear ({linear:.4f}) does not beat the Informer-style model "
+            f"({means['Informer-style']:.4f})"
+        )
+        assert linear < naive[series], (
+            f"{series}: DLinear ({linear:.4f}) does not beat the seasonal naive forecast "
+            f"({naive[series]:.4f})"
+        )
+        got = linear < min(means.values())
+        assert got == beats_all[series], (
+            f"{series}: DLinear ({linear:.4f}) {'beats' if got else 'does not beat'} every "
+            f"Transformer variant ({means}), but the verdict says the opposite"
+        )
+
+
+# ------------------------------------------------------------------------------------------
+# C27, multimodal
+# ------------------------------------------------------------------------------------------
+
+
+def c27_cross_verdict(*, mass: Sequence[Sequence[float]], accuracy: Sequence[float]) -> str:
+    """``mass[seed][word]``: attention mass on the word's own quadrant. "Cross-attention
+    connects text tokens to image patches": reproduced when every word at every seed puts at
+    least :data:`MIN_MASS` on its quadrant and every seed reads the digits with accuracy at
+    least :data:`MIN_READ_ACC`; partly when only one of the two holds; not reproduced when
+    neither does."""
+    found = all(m >= MIN_MASS for per_word in mass for m in per_word)
+    read = min(accuracy) >= MIN_READ_ACC
+    return "reproduced" if found and read else "partly" if found or read else "not reproduced"
+
+
+def assert_c27_words_find_their_patches(
+    *,
+    mass: Sequence[Sequence[float]],
+    accuracy: Sequence[float],
+    min_mass: float = MIN_MASS,
+    min_accuracy: float = MIN_READ_ACC,
+) -> None:
+    """Each word's attention mass on its own quadrant at least ``min_mass`` for every word
+    and seed, and ``accuracy[seed]`` at least ``min_accuracy``."""
+    for seed, per_word in enumerate(mass):
+        for word, m in zip(QUADRANTS, per_word, strict=True):
+            assert m >= min_mass, (
+                f"seed {seed}: '{word}' puts only {m:.3f} of its attention on its quadrant, "
+                f"below {min_mass}: the word did not find its patches"
+            )
+    assert min(accuracy) >= min_accuracy, (
+        f"a seed reads the digits with accuracy {min(accuracy):.3f}, below {min_accuracy}"
+    )
+
+
+def assert_clip_uniform_loss(loss: float, batch_size: int, *, tol: float = 1e-5) -> None:
+    """With every logit equal, CLIP's symmetric loss is exactly ``ln B``."""
+    assert abs(loss - math.log(batch_size)) <= tol, (
+        f"loss with equal logits is {loss:.6f}, expected ln {batch_size} = "
+        f"{math.log(batch_size):.6f}"
+    )
+
+
+def c27_clip_verdict(*, image_to_text: Sequence[float], text_to_image: Sequence[float]) -> str:
+    """Verdict on "CLIP aligns paired embeddings": reproduced when retrieval is at least
+    :data:`MIN_RETRIEVAL` in both directions at every seed, partly in one direction, not
+    reproduced in neither."""
+    ok = [min(values) >= MIN_RETRIEVAL for values in (image_to_text, text_to_image)]
+    return "reproduced" if all(ok) else "partly" if any(ok) else "not reproduced"
+
+
+def assert_c27_clip_aligns(
+    *,
+    image_to_text: Sequence[float],
+    text_to_image: Sequence[float],
+    min_retrieval: float = MIN_RETRIEVAL,
+) -> None:
+    """Retrieval at least ``min_retrieval`` in both directions at every seed."""
+    for name, values in (("image → text", image_to_text), ("text → image", text_to_image)):
+        assert min(values) >= min_retrieval, (
+            f"{name} retrieval falls to {min(values):.3f} at a seed, below {min_retrieval}: "
+            f"the embeddings are not aligned"
+        )
+
+
+def c27_temperature_verdict(
+    *,
+    learned: tuple[Sequence[float], Sequence[float]],
+    fixed: tuple[Sequence[float], Sequence[float]],
+) -> str:
+    """``(image → text, text → image)`` retrieval over seeds, with the learned temperature and
+    with the scale fixed at 1. "The temperature matters": reproduced when the fixed scale
+    retrieves worse on average in both directions, partly in one, not reproduced in neither."""
+    worse = [_mean(f) < _mean(a) for a, f in zip(learned, fixed, strict=True)]
+    return "reproduced" if all(worse) else "partly" if any(worse) else "not reproduced"
+
+
+def assert_c27_temperature_matters(
+    *,
+    learned: tuple[Sequence[float], Sequence[float]],
+    fixed: tuple[Sequence[float], Sequence[float]],
+    fixed_losses: Sequence[float],
+    floor: float,
+) -> None:
+    """With the scale fixed at 1 retrieval is worse on average in both directions than with
+    the learned temperature, and the loss stays at or above the floor that scale allows."""
+    for name, a, b in (
+        ("image → text", learned[0], fixed[0]),
+        ("text → image", learned[1], fixed[1]),
+    ):
+        assert _mean(b) < _mean(a), (
+            f"{name}: τ = 1 retrieves {_mean(b):.3f} on average, not worse than the learned "
+            f"temperature's {_mean(a):.3f}"
+        )
+    assert min(fixed_losses) >= floor - 1e-6, (
+        f"a loss of {min(fixed_losses):.4f} is below the floor {floor:.4f} at this scale: "
+        f"the floor formula or the scale is wrong"
+    )

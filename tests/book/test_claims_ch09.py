@@ -199,3 +199,16 @@ def test_thresholds_are_the_ones_the_chapter_states():
         2,
         0.1,
     )
+
+
+def test_the_chapter_records_no_literal_verdict():
+    """Every record_claim(..., verdict=...) of chapter 9 takes its verdict from a function; the
+    prose's stated verdicts are checked against them by assert_stated."""
+    import re
+    from pathlib import Path
+
+    chapter = Path(__file__).resolve().parents[2] / "chapters" / "09_faq_details.py"
+    source = chapter.read_text("utf-8")
+    assert source.count("record_claim(") == 5
+    assert not re.findall(r"verdict\s*=\s*[\"']", source)
+    assert source.count("assert_stated(") == 5

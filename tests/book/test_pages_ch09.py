@@ -17,36 +17,41 @@ from tests.reference import naive_attention_float64
 # ------------------------------------------------------------------------------------------
 
 
-def test_retrieval_batch_targets_are_the_values_of_the_matching_keys():
-    keys, values, query, target = ch09.retrieval_batch(50, torch.Generator().manual_seed(0))
-    assert keys.shape == values.shape == (50, 8)
-    for b in range(50):
-        assert len(set(keys[b].tolist())) == 8  # distinct keys
-        (j,) = (keys[b] == query[b]).nonzero()[0].tolist()
-        assert values[b, j] == target[b]
-    with pytest.raises(ValueError, match="n_pairs"):
-        ch09.retrieval_batch(2, torch.Generator(), n_pairs=100)
+def test_retrieval_model_is_chapter_2s_model_with_the_variants_normaliser():
+    from book.pages.ch02 import RetrievalModel
+
+    for variant, (normalizer, bias) in ch09.VARIANTS.items():
+        model = ch09.retrieval_model(variant)
+        assert isinstance(model, RetrievalModel) and model.scaled
+        assert (model.normalizer, model.score_bias) == (normalizer, bias)
+        assert model.d_model == model.d_k == ch09.D_MODEL
+    with pytest.raises(ValueError, match="variant"):
+        ch09.retrieval_model("tanh")
 
 
-def test_retrieval_model_with_softmax_is_the_reference_attention():
+def test_the_softmax_variant_is_the_reference_attention():
     torch.manual_seed(0)
-    model = ch09.RetrievalModel("softmax")
-    keys, values, query, _ = ch09.retrieval_batch(4, torch.Generator().manual_seed(1))
-    logits, weights = model(keys, values, query)
-    x = model.key_emb(keys) + model.value_emb(values)
-    q = model.q_proj(model.key_emb(query))[:, None, None]
-    want = naive_attention_float64(q, model.k_proj(x)[:, None], model.v_proj(x)[:, None])
-    torch.testing.assert_close(logits.double(), model.out(want[:, 0, 0].float()).double())
+    model = ch09.retrieval_model("softmax")
+    batch = ch09.retrieval_batch(4, 8, 64, 64, generator=torch.Generator().manual_seed(1))
+    logits, weights = model(batch.keys, batch.values, batch.query, need_weights=True)
+    q, k, v = model.project(batch.keys, batch.values, batch.query)
+    want = naive_attention_float64(q, k, v)  # scale 1/sqrt(d_k), d_k = 32
+    torch.testing.assert_close(logits.double(), model.readout(want[:, 0, 0].float()).double())
     torch.testing.assert_close(weights.sum(-1), torch.ones(4))
 
 
-def test_a_short_retrieval_run_trains_the_named_normaliser():
-    model, log = ch09.train_retrieval("sigmoid", seed=0, steps=3)
+def test_a_short_training_run_trains_the_named_normaliser_on_chapter_2s_loss():
+    from book.experiments.training import fit
+    from book.pages.ch02 import retrieval_loss
+
+    model, log = ch09.train_normaliser("sigmoid", seed=0, steps=3)
     assert len(log.losses) == 3 and model.normalizer == "sigmoid" and model.score_bias == 0.0
-    acc = ch09.retrieval_accuracy(model, n_pairs=32, seed=2, size=50)
-    assert 0 <= acc <= 1
-    with pytest.raises(ValueError, match="variant"):
-        ch09.train_retrieval("tanh", seed=0, steps=1)
+    # the same run written out: parameters from the seed, batches from seed + 1, clipping at 1
+    torch.manual_seed(0)
+    again = ch09.retrieval_model("sigmoid")
+    want = fit(again, lambda g: ch09.retrieval_batch(64, 8, 64, 64, generator=g),
+               retrieval_loss, steps=3, lr=3e-3, data_seed=1, clip=1.0)  # fmt: skip
+    assert log.losses == pytest.approx(want.losses)
 
 
 def test_retrieval_accuracy_counts_the_right_answers():
@@ -58,11 +63,11 @@ def test_retrieval_accuracy_counts_the_right_answers():
         def forward(self, keys, values, query):
             target = values[keys == query[:, None]]  # (B,)
             guess = target if self.right else torch.zeros_like(target)
-            return torch.nn.functional.one_hot(guess, ch09.N_SYMBOLS).float(), None
+            return torch.nn.functional.one_hot(guess, ch09.N_SYMBOLS).float()
 
     assert ch09.retrieval_accuracy(Oracle(True), n_pairs=8, seed=0, size=200) == 1.0
-    batch = ch09.retrieval_batch(200, torch.Generator().manual_seed(0), n_pairs=8)
-    zeros = float((batch[3] == 0).float().mean())
+    batch = ch09.retrieval_batch(200, 8, 64, 64, generator=torch.Generator().manual_seed(0))
+    zeros = float((batch.target == 0).float().mean())
     assert ch09.retrieval_accuracy(Oracle(False), n_pairs=8, seed=0, size=200) == zeros
 
 
@@ -74,12 +79,12 @@ def test_init_gradients_of_relu_normalisation_count_rows_without_a_positive_scor
     # single positive score puts weight s/s = 1 on it whatever s; neither has a gradient in
     # exact arithmetic (in float32 some single-positive rows keep a round-off gradient)
     torch.manual_seed(0)
-    model = ch09.RetrievalModel("relu")
-    keys, values, query, _ = ch09.retrieval_batch(512, torch.Generator().manual_seed(1))
-    x = model.key_emb(keys) + model.value_emb(values)
-    scores = (model.q_proj(model.key_emb(query))[:, None] * model.k_proj(x)).sum(-1)
+    model = ch09.retrieval_model("relu-normalised")
+    batch = ch09.retrieval_batch(512, 8, 64, 64, generator=torch.Generator().manual_seed(1))
+    q, k, _ = model.project(batch.keys, batch.values, batch.query)
+    scores = (q @ k.transpose(-2, -1))[:, 0, 0]  # (B, n): the sign is the scale's
     positive = (scores > 0).sum(-1)
-    none, at_most_one = (float((positive <= k).float().mean()) for k in (0, 1))
+    none, at_most_one = (float((positive <= m).float().mean()) for m in (0, 1))
     assert 0 < none <= grads["dead_rows"] <= at_most_one
     softmax = ch09.init_gradients("softmax")
     assert softmax["dead_rows"] == 0 and softmax["row_sum_mean"] == pytest.approx(1.0)

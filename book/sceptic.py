@@ -74,8 +74,8 @@ FORMAT_VERSION = 1
 FINGERPRINTED = ("book", "attention")
 # Modules of the book that cannot change a result (a progress bar): left out of it.
 NOT_FINGERPRINTED = ("book.progress",)
-# Where chapters declare their sweeps (TRANSITION: book.experiments until every chapter has moved).
-SWEEP_PACKAGES = ("book.claims", "book.experiments")
+# Where chapters declare their sweeps: each chapter's claims module, book.claims.chNN.
+SWEEP_PACKAGES = ("book.claims",)
 
 
 @dataclass(frozen=True)

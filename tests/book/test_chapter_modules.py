@@ -1,9 +1,10 @@
-"""Each chapter's modules stand alone: ``book/experiments/chNN.py``, ``book/diagrams/chNN.py``
+"""Each chapter's modules stand alone: ``book/claims/chNN.py``, ``book/diagrams/chNN.py``
 and ``book/checks/chNN.py`` may import their own chapter's modules, never another chapter's;
-nor may the chapter's notebook and its solutions (the ``.py`` twins).
-What two chapters share lives in a module named by its role (``book.experiments.tasks``,
-``book.experiments.training``, ``measure``, the library), or in a chapter's exported page
-(``book.pages.chNN``, the one place STYLE.md gives definitions that other chapters reuse)."""
+nor may the chapter's notebook and its solutions (the ``.py`` twins). What two chapters share
+lives in a module named by its role (``book.experiments.tasks``, ``book.experiments.training``,
+``measure``, the library), or on an earlier chapter's exported page (``book.pages.chNN``, the
+one place STYLE.md gives definitions that other chapters reuse). ``book/experiments`` holds no
+chapter's module."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from tests.imports import imported_names
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
-ROLES = ("experiments", "claims", "diagrams", "checks")
+ROLES = ("experiments", "claims", "diagrams", "checks")  # experiments: none may exist
 CHAPTER_MODULE = re.compile(rf"^book\.({'|'.join(ROLES)})\.ch(\d+)$")
 CHAPTER_FILES = sorted(p for role in ROLES for p in (BOOK / role).glob("ch[0-9]*.py"))
 NOTEBOOK_TWINS = sorted(
@@ -68,3 +69,30 @@ def test_no_chapter_module_imports_another_chapters_module(path):
         f"{path.relative_to(BOOK.parent)} imports {others}: move what both chapters use to a "
         "module named by its role"
     )
+
+
+def test_book_experiments_holds_role_modules_only():
+    """Per chapter there are claims, diagrams, checks and the generated page; what
+    ``book/experiments`` holds is shared by role (tasks, training, seeds, gradients)."""
+    per_chapter = sorted(p.name for p in (BOOK / "experiments").glob("ch[0-9]*.py"))
+    assert not per_chapter, f"book/experiments/{per_chapter}: a chapter's code belongs on its page"
+
+
+PAGE_IMPORT = re.compile(r"^book\.pages\.ch(\d+)$")
+
+
+@pytest.mark.parametrize(
+    "path",
+    CHAPTER_FILES + NOTEBOOK_TWINS + sorted((BOOK / "pages").glob("ch[0-9]*.py")),
+    ids=lambda p: str(p.relative_to(BOOK.parent)).replace("\\", "/"),
+)
+def test_a_chapter_reuses_only_earlier_pages(path):
+    """A chapter builds on the chapters before it (as d2l's do): its modules, notebooks and
+    page import ``book.pages.chMM`` only for MM up to its own number."""
+    own = int(re.match(r"(?:ch)?(\d+)", path.stem).group(1))
+    later = sorted(
+        name
+        for name in imported_names(path.read_text(encoding="utf-8"))
+        if (m := PAGE_IMPORT.match(name)) and int(m.group(1)) > own
+    )
+    assert not later, f"{path.relative_to(BOOK.parent)} imports later chapters' pages {later}"

@@ -939,8 +939,8 @@ print(sweep_summary("C28"))
 # The verdict that survives: **partly**, at the chapter's budget and at the sweep's longer
 # one, on seeds 0–2 and 3–5, with two heads and with four. The five layouts that mix tokens
 # stay ruined under every change, and *interleaved* is never ruined. With the longer budget
-# every interleaved seed learns both relations: the stalled start of the detour above (seeds 3–5 show one too) is a budget
-# effect, not a property of the layout.
+# every interleaved seed learns both relations: the stalled start of the detour above (seeds
+# 3–5 show one too) is a budget effect, not a property of the layout.
 
 # %% [markdown]
 # ## 8.5 Which tests catch a wrong order?

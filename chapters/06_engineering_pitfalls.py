@@ -950,7 +950,7 @@ for scale in (1.0, 4.0):
 # computed directly from the trained model.
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
 for causal, rs in runs.items():
     label = "with the mask" if causal else "without the mask"
     scores_by_step = [list(v) for v in zip(*[r.max_scores for r in rs], strict=True)]
@@ -969,8 +969,8 @@ for ax in axes:
         legend.setdefault(label, handle)
     if ax.get_legend() is not None:
         ax.get_legend().remove()
-fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=len(legend))
-fig.tight_layout(rect=(0, 0.1, 1, 1))
+fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=2)
+fig.tight_layout(rect=(0, 0.14, 1, 1))
 
 # %%
 probe, _ = eval_windows(data, n=4, seed=11)  # (4, SEQ_LEN)

@@ -252,6 +252,7 @@ def assert_c21_edge_cases(
     - a fully masked row, float32 and float16 (where the fill fits): ``-1e9`` and
       ``finfo.min`` give a uniform row, ``-inf`` gives NaN, the safe softmax zeros
       (:data:`C21_FULLY_MASKED`);
+    - a partly masked row in float16: every fill that fits gives the masked keys exactly 0;
     - float16: ``masked_fill`` with ``-1e9`` raises; an additive float32 mask cast to float16
       turns ``-1e9`` into ``-inf`` (``cast_fill``) and its fully masked row into NaN
       (``cast_fully_masked``, the softmax of that row);
@@ -264,6 +265,9 @@ def assert_c21_edge_cases(
                 assert got.startswith("raises RuntimeError"), f"float16 -1e9: {got}"
                 continue
             assert got == expected, f"{name} {fill}, fully masked row: {got}, expected {expected}"
+    for fill in ("-inf", "finfo.min", "safe softmax"):
+        got = report16[fill]["partly masked row"]
+        assert got == "masked keys get 0", f"float16 {fill}, partly masked row: {got}"
     assert cast_fill == float("-inf"), f"-1e9 cast to float16 gave {cast_fill}, expected -inf"
     assert torch.isnan(cast_fully_masked).all(), (
         f"softmax of a fully masked float16 row with the cast mask: {cast_fully_masked.tolist()}"

@@ -99,6 +99,10 @@ def test_assert_c21_edge_cases_passes_on_the_real_behaviour_and_fails_on_a_false
     fixed = {**report32, "-inf": {**report32["-inf"], "fully masked row": "zeros"}}
     with pytest.raises(AssertionError, match="float32 -inf, fully masked row: zeros"):
         claims.assert_c21_edge_cases(fixed, *args[1:])
+    leaky = {**report16, "finfo.min": {**report16["finfo.min"], "partly masked row": "masked "
+                                        "keys get 1e-05"}}  # fmt: skip
+    with pytest.raises(AssertionError, match="float16 finfo.min, partly masked row"):
+        claims.assert_c21_edge_cases(report32, leaky, *args[2:])
     with pytest.raises(AssertionError, match="cast to float16 gave -65504"):
         claims.assert_c21_edge_cases(*args[:2], -65504.0, *args[3:])
     with pytest.raises(AssertionError, match="fully masked float16 row"):

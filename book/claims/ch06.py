@@ -9,7 +9,8 @@ module exported from it, :mod:`book.pages.ch06`. Here:
   ``AssertionError`` when the behaviour the chapter states is false;
 - the measurement harness the chapter's cells call: the report of a masked softmax in words
   (C21), the table of mask tests (C21), the float16 overflow and NaN searches (C23), the
-  exact peak memory of a stack of attention calls (C24) and the decoding time (KV cache).
+  exact peak memory of a stack of attention calls (C24), and the FLOPs, bytes and paired time
+  ratio of decoding with and without a KV cache.
 """
 
 from __future__ import annotations

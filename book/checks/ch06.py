@@ -17,10 +17,11 @@ import torch
 from attention.functional import safe_softmax
 from attention.masks import causal_mask, padding_mask
 from book.pages.ch06 import FP16_MAX
+from book.sceptic import Outcome
 from measure.memory import kv_cache_bytes
 
 from . import CheckFailed, expect_shape, randn, register
-from .helpers import check_formula, expect_tensor
+from .helpers import check_formula, check_prediction, expect_tensor
 
 POLARITY_HINT = (
     "wrong polarity: the package's masks use True = may attend (torch SDPA's convention); "
@@ -275,4 +276,35 @@ def _kv(candidate):
             ),
         ],
         "2 (keys and values) · layers · batch · key/value heads · head dim · positions · bytes",
+    )
+
+
+# --- 06.6 predict, then run: C22 with a classifier trained without its mask -----------------
+
+
+@register("06.6", title="Predict, then run: the classifier trained without its mask")
+def _c22_without_mask(predict, *, outcome):
+    trained = outcome.numbers.get("trained") if isinstance(outcome, Outcome) else None
+    if isinstance(outcome, Outcome) and trained != "without its mask":
+        raise CheckFailed(
+            f"this run trained the classifier {trained or 'as the chapter does'}, not without "
+            "its mask: call "
+            "c22_sweep_run with train_masked=False, the knob this exercise changes"
+        )
+    check_prediction(
+        predict,
+        outcome,
+        setting="the classifier trained without its padding mask",
+        why={
+            "partly": "Two of C22's parts do not depend on training and still hold: with the "
+            "mask, padding leaves the real tokens' outputs unchanged, and the combined "
+            "padding + causal mask gives torch's output. The third fails: a classifier that "
+            "saw pads in training learns to give them no weight itself, so removing the mask "
+            "at test time costs it nothing (1.00 at 0 and at 32 pads). 'Padding dilutes' is "
+            "a fact about a model trained with its mask and run without it.",
+            "reproduced": "Here the classifier trained without its mask still lost accuracy "
+            "to padding: it did not learn to ignore the pads in this many steps.",
+            "not reproduced": "All three parts failed, including the two that do not depend "
+            "on training (the drift with the mask, the combined mask): look at the numbers.",
+        },
     )

@@ -32,6 +32,7 @@ from book.pages.ch08 import (
     LayoutRun,
     causal_weights_test,
     future_test,
+    get_layout,
     gradient_test,
     head_independence_test,
     make_attention,
@@ -318,6 +319,31 @@ def c28_sweep_run(*, seeds: list[int], steps: int, num_heads: int) -> Outcome:
         name: f"{spread(v).mean:.3f} ({min(v):.3f}-{max(v):.3f})" for name, v in accuracy.items()
     }
     numbers["ruined"] = sorted(n for n in SILENT_WRONG if ruined(accuracy[n], accuracy[CORRECT]))
+    return Outcome(verdict, numbers)
+
+
+def c28_layout_run(*, layout: str, seed: int, steps: int, num_heads: int = 2) -> Outcome:
+    """C28 for one wrong ``layout`` and one ``seed``: train it and the correct layout
+    (:func:`train_layout`, ``steps`` steps) and judge with :func:`c28_verdict` on those two
+    alone: "reproduced" when the layout is :func:`ruined`, "not reproduced" when it is not
+    (or when the correct layout did not learn, which leaves nothing to judge). The run of an
+    experiment exercise: a few seconds at the chapter's budget."""
+    name = get_layout(layout).name
+    if name == CORRECT:
+        raise ValueError(f"layout must be a wrong layout, got {layout!r}")
+    runs = {
+        n: train_layout(n, seed=seed, steps=steps, num_heads=num_heads)
+        for n in progress_bar((CORRECT, name), desc="runs", leave=False)
+    }
+    accuracy = {n: [r.mean_accuracy] for n, r in runs.items()}
+    raises = [] if LAYOUTS[name].silent else [name]
+    try:
+        verdict = c28_verdict(accuracy, raises)
+    except ValueError:
+        verdict = NOT_REPRODUCED
+    numbers = {"layout": name, "seed": seed, "steps": steps, "heads": num_heads}
+    for n, r in runs.items():
+        numbers[n] = f"previous {r.accuracy[0]:.2f}, partner {r.accuracy[1]:.2f}"
     return Outcome(verdict, numbers)
 
 

@@ -7,18 +7,20 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from attention.functional import safe_softmax
 from attention.masks import causal_mask, padding_mask
-from book.checks import exercises_for_chapter
+from book.checks import CheckFailed, exercises_for_chapter
+from book.claims.ch06 import c22_sweep_run
 from tests.book.check_outcomes import fails, fails_with, passes, run_check
 
 EXERCISES = {ex.id: ex for ex in exercises_for_chapter("06")}
 
 
-def test_all_five_exercises_are_registered():
-    assert sorted(EXERCISES) == ["06.1", "06.2", "06.3", "06.4", "06.5"]
+def test_all_six_exercises_are_registered():
+    assert sorted(EXERCISES) == ["06.1", "06.2", "06.3", "06.4", "06.5", "06.6"]
 
 
 # --- 06.1 -------------------------------------------------------------------------------------
@@ -112,3 +114,22 @@ def test_kv_cache_bytes():
     fails("06.5", lambda nl, b, h, hk, d, t, e: 2 * nl * b * hk * d * t, "bytes_per_element")
     fails("06.5", lambda nl, b, h, hk, d, t, e: 2 * nl * hk * d * t * e, "batch")
     fails("06.5", lambda *args: 0, "2 \\(keys and values\\)")
+
+
+# --- 06.6 predict, then run -------------------------------------------------------------------
+
+
+def test_predicting_c22_for_a_classifier_trained_without_its_mask():
+    check_66 = EXERCISES["06.6"].check
+    run = c22_sweep_run(seeds=[0], steps=60, train_masked=False)  # the exercise's run
+    assert run.verdict == "partly"
+    check_66(lambda: "partly", outcome=run)
+    with pytest.raises(CheckFailed, match="gives 'partly'.*learns to give them no weight"):
+        check_66(lambda: "reproduced", outcome=run)
+    # the chapter's setting (trained with its mask) is not the exercise's run
+    baseline = c22_sweep_run(seeds=[0], steps=60, train_masked=True)
+    assert baseline.verdict == "reproduced"
+    with pytest.raises(CheckFailed, match="train_masked=False"):
+        check_66(lambda: "reproduced", outcome=baseline)
+    with pytest.raises(CheckFailed, match="outcome should be the Outcome"):
+        check_66(lambda: "partly", outcome=0.5)

@@ -10,16 +10,18 @@ import pytest
 import torch
 from torch import nn
 
-from book.checks import exercises_for_chapter
+from book.checks import CheckFailed, exercises_for_chapter
 from book.checks.ch08 import LAYOUT_HINTS, future_zoo, layout_outputs
-from book.pages.ch08 import LAYOUTS, SILENT_WRONG, WRONG, make_attention
+from book.claims.ch08 import c28_layout_run
+from book.pages.ch08 import CORRECT, LAYOUTS, SILENT_WRONG, WRONG, make_attention
+from book.sceptic import Outcome
 from tests.book.check_outcomes import fails, fails_with, passes, run_check
 
 EXERCISES = {ex.id: ex for ex in exercises_for_chapter("08")}
 
 
-def test_all_four_exercises_are_registered():
-    assert sorted(EXERCISES) == ["08.1", "08.2", "08.3", "08.4"]
+def test_all_five_exercises_are_registered():
+    assert sorted(EXERCISES) == ["08.1", "08.2", "08.3", "08.4", "08.5"]
 
 
 # --- 08.1 -------------------------------------------------------------------------------------
@@ -293,3 +295,32 @@ def test_layout_outputs_cover_every_silent_layout():
     module = make_attention("correct")
     x = torch.randn(1, 4, module.d_model)
     assert set(layout_outputs(module, x)) == {n for n in WRONG if LAYOUTS[n].silent}
+
+
+# --- 08.5 predict, then run -------------------------------------------------------------------
+
+
+def _layout_outcome(verdict: str, steps: int) -> Outcome:
+    """What ``c28_layout_run(layout="interleaved", seed=2, steps=steps)`` returns (its keys;
+    the verdicts measured: "reproduced" at 300 steps, "not reproduced" at 600)."""
+    return Outcome(verdict, {"layout": "interleaved", "seed": 2, "steps": steps, "heads": 2})
+
+
+def test_predicting_the_unlucky_seed_at_a_longer_budget():
+    check_85 = EXERCISES["08.5"].check
+    run = _layout_outcome("not reproduced", 600)
+    check_85(lambda: "not reproduced", outcome=run)
+    with pytest.raises(CheckFailed, match="gives 'not reproduced'.*budget effect"):
+        check_85(lambda: "reproduced", outcome=run)
+    with pytest.raises(CheckFailed, match="not more than the chapter's 300"):
+        check_85(lambda: "reproduced", outcome=_layout_outcome("reproduced", 300))
+    with pytest.raises(CheckFailed, match="outcome should be the Outcome"):
+        check_85(lambda: "not reproduced", outcome=None)
+
+
+def test_the_exercise_runner_runs_and_judges_a_tiny_budget():
+    out = c28_layout_run(layout="interleaved", seed=2, steps=2)
+    assert out.verdict == "not reproduced"  # the correct layout has not learnt: nothing judged
+    assert out.numbers["steps"] == 2 and out.numbers["layout"] == "interleaved"
+    with pytest.raises(ValueError, match="wrong layout"):
+        c28_layout_run(layout=CORRECT, seed=0, steps=2)

@@ -14,6 +14,7 @@ from attention.masks import causal_mask
 from book.claims import VERDICTS
 from book.claims import ch06 as claims
 from book.pages import ch06 as page
+from measure.flops import matmul_flop_counter
 
 # --- C20 --------------------------------------------------------------------------------------
 
@@ -98,6 +99,10 @@ def test_assert_c21_edge_cases_passes_on_the_real_behaviour_and_fails_on_a_false
     fixed = {**report32, "-inf": {**report32["-inf"], "fully masked row": "zeros"}}
     with pytest.raises(AssertionError, match="float32 -inf, fully masked row: zeros"):
         claims.assert_c21_edge_cases(fixed, *args[1:])
+    leaky = {**report16, "finfo.min": {**report16["finfo.min"], "partly masked row": "masked "
+                                        "keys get 1e-05"}}  # fmt: skip
+    with pytest.raises(AssertionError, match="float16 finfo.min, partly masked row"):
+        claims.assert_c21_edge_cases(report32, leaky, *args[2:])
     with pytest.raises(AssertionError, match="cast to float16 gave -65504"):
         claims.assert_c21_edge_cases(*args[:2], -65504.0, *args[3:])
     with pytest.raises(AssertionError, match="fully masked float16 row"):
@@ -247,7 +252,41 @@ def test_assert_cache_exact():
     other = generate(_tiny(True, seed=1), prompt, max_new_tokens=5, use_cache=False)
     with pytest.raises(AssertionError):
         claims.assert_cache_exact(a, other)
-    assert claims.decode_seconds(model, prompt, 2, use_cache=True) > 0
+
+
+def test_decode_flops_count_the_forward_passes_each_way_of_decoding_makes():
+    model = _tiny(True)
+    prompt = torch.randint(0, 9, (1, 3), generator=torch.Generator().manual_seed(0))
+
+    def forward_flops(tokens):
+        counter = matmul_flop_counter()
+        with torch.no_grad(), counter:
+            model(tokens)
+        return counter.get_total_flops()
+
+    longer = torch.cat([prompt, prompt[:, :1]], dim=1)  # (1, 4)
+    # recomputing: the prompt, then the prompt plus one token
+    full = claims.decode_flops(model, prompt, 2, use_cache=False)
+    assert full == forward_flops(prompt) + forward_flops(longer)
+    # one new token: both ways make the same single pass over the prompt
+    assert claims.decode_flops(model, prompt, 1, use_cache=True) == forward_flops(prompt)
+    assert claims.decode_flops(model, prompt, 4, use_cache=True) < claims.decode_flops(
+        model, prompt, 4, use_cache=False
+    )
+
+
+def test_kv_bytes_computed_is_two_tensors_per_layer_per_position():
+    model = _tiny(True)  # 1 layer, 2 key/value heads of width 4, float32
+    per_position = 2 * 1 * 2 * 4 * 4  # keys and values
+    assert claims.kv_bytes_computed(model, 7) == 7 * per_position
+    assert claims.kv_bytes_computed(model, 7, batch_size=2) == 14 * per_position
+
+
+def test_paired_time_ratio_is_the_median_of_paired_ratios():
+    model = _tiny(True)
+    prompt = torch.randint(0, 9, (1, 3), generator=torch.Generator().manual_seed(0))
+    ratio, full, cached = claims.paired_time_ratio(model, prompt, 3, pairs=3)
+    assert full > 0 and cached > 0 and ratio > 0
 
 
 # --- verdicts ---------------------------------------------------------------------------------
@@ -332,13 +371,16 @@ def test_c24_verdict():
 
 
 def test_kv_cache_verdict():
-    rows = {"MHA": (4, 400, 0.09, 0.04), "GQA": (2, 200, 0.09, 0.04), "MQA": (1, 100, 0.09, 0.04)}
+    rows = {"MHA": (4, 400, 900, 40), "GQA": (2, 200, 800, 30), "MQA": (1, 100, 700, 20)}
     assert claims.kv_cache_verdict(True, rows, num_heads=4) == "reproduced"
-    slow = dict(rows, MQA=(1, 100, 0.09, 0.08))  # the cache saved little for MQA
-    assert claims.kv_cache_verdict(True, slow, num_heads=4) == "partly"
-    wrong_size = dict(rows, GQA=(2, 300, 0.09, 0.04))
+    little = dict(rows, MQA=(1, 100, 700, 400))  # the cache saved under half the FLOPs for MQA
+    assert claims.kv_cache_verdict(True, little, num_heads=4) == "partly"
+    assert claims.kv_cache_verdict(True, dict(rows, MQA=(1, 100, 700, 350)), num_heads=4) == (
+        "reproduced"
+    )  # exactly half: the threshold is inclusive
+    wrong_size = dict(rows, GQA=(2, 300, 800, 30))
     assert claims.kv_cache_verdict(True, wrong_size, num_heads=4) == "partly"
-    no_mha = {"GQA": (2, 200, 0.09, 0.09)}
+    no_mha = {"GQA": (2, 200, 800, 800)}
     assert claims.kv_cache_verdict(False, no_mha, num_heads=4) == "not reproduced"
 
 
@@ -366,8 +408,11 @@ def test_sweep_runners_run_and_judge_a_tiny_budget():
     assert c20.verdict in VERDICTS and "unigram" in c20.numbers
     c22 = claims.c22_sweep_run(seeds=[0], steps=2, train_masked=False)
     assert c22.verdict in VERDICTS and set(c22.numbers) == {
+        "trained",
+        "steps",
         "masked, 0 pads",
         "masked, 32 pads",
         "no mask, 0 pads",
         "no mask, 32 pads",
     }
+    assert c22.numbers["trained"] == "without its mask" and c22.numbers["steps"] == 2

@@ -6,7 +6,9 @@ of a patch), FLOPs against torch's FLOP counter on :class:`attention.blocks.Enco
 (through :func:`book.pages.ch10.encoder_flops_formula`, which the chapter checks against
 the counter), pooling against the package's ``SequenceClassifier`` rule, and the neighbourhood
 mask against coordinates computed with ``torch.meshgrid``. When an answer is wrong, the check
-recomputes the usual mistakes and names the one that matches.
+recomputes the usual mistakes and names the one that matches. Exercise 10.5 is an experiment
+exercise: the learner predicts §10 relative's verdict with RoPE base 16, runs it, and the check
+compares the prediction with the run (after checking that the run used that base).
 """
 
 from __future__ import annotations

@@ -13,7 +13,10 @@ module holds what judges them:
   :func:`book.experiments.training.train_classifier`), :func:`training_step_cost`,
   :func:`encoder_cost`, :func:`encoder_flops`, :func:`model_flops`;
 - the decision guide (:data:`GUIDE`, :func:`decision_guide`, :func:`guide_markdown`), each row
-  tied to the recorded claims that back it.
+  tied to the recorded claims that back it;
+- the sceptic's sweep (:data:`SCEPTIC_SWEEPS`) of every claim that training decides: other
+  seeds, three times the budget and the claim's own knob (RoPE's base, the window's reach),
+  each run by a ``*_sweep_run`` that judges with the chapter's verdict function.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from book.pages.ch10 import (
     PatchClassifier,
     attention_kernel,
     draw_batches,
+    pixel_baseline,
 )
 from book.progress import progress as progress_bar
 from book.sceptic import Outcome, Perturbation, Sweep
@@ -806,6 +810,39 @@ def linear_sweep_run(*, seeds: list[int], steps: int) -> Outcome:
     return Outcome(s10_linear_verdict(accuracy), numbers)
 
 
+def fashion_sweep_run(*, seeds: list[int], steps: int) -> Outcome:
+    """§10 fashion: the MLP on the raw pixels (the page's ``pixel_baseline("mlp")``) against
+    the best of the four attention kinds with learned positions (the chapter's best encoder is
+    one of them: every other position scheme stays below the learned table under the sweep
+    of §10 positions), on ``seeds``, ``steps`` steps; judged by :func:`s10_fashion_verdict`
+    with forward FLOPs per image from torch's counter."""
+    accuracy = _grid(ATTENTION_CONFIGS, seeds, steps)
+    best = max(accuracy, key=lambda k: _mean(accuracy[k]))
+    train, test = _digits_split()
+    mlp = [
+        float(
+            train_classifier(
+                functools.partial(pixel_baseline, "mlp"),
+                draw_batches(*train),
+                seed=seed,
+                test=test,
+                **(TRAINING | {"steps": steps}),
+            ).accuracy
+        )
+        for seed in seeds
+    ]
+    image = test[0][:1]  # (1, 1, 8, 8)
+    flops = {"MLP": model_flops(pixel_baseline("mlp"), image)}
+    flops[best] = model_flops(PatchClassifier(**ATTENTION_CONFIGS[best]), image)
+    judged = {"MLP": mlp, best: accuracy[best]}
+    numbers = _numbers(judged) | {
+        "best encoder": best,
+        "gap": round(_mean(mlp) - _mean(accuracy[best]), 3),
+    }
+    numbers["flops MLP"], numbers["flops encoder"] = flops["MLP"], flops[best]
+    return Outcome(s10_fashion_verdict(judged, flops, encoder=best), numbers)
+
+
 _SEEDS = Perturbation("seeds 3–5", "three other seeds", {"seeds": [3, 4, 5]})
 _BUDGET = Perturbation("600 steps", "a 3× longer training budget", {"steps": 600})
 _BASE = {"seeds": [0, 1, 2], "steps": 200}  # what the chapter shows: TRAINING, seeds 0-2
@@ -851,4 +888,5 @@ SCEPTIC_SWEEPS = (
         perturbations=(_SEEDS, _BUDGET),
     ),
     Sweep("§10 linear", run=linear_sweep_run, baseline=_BASE, perturbations=(_SEEDS, _BUDGET)),
+    Sweep("§10 fashion", run=fashion_sweep_run, baseline=_BASE, perturbations=(_SEEDS, _BUDGET)),
 )

@@ -352,7 +352,7 @@ def test_sweep_runners_run_and_judge_at_a_tiny_budget():
     claims = {s.claim_id for s in SCEPTIC_SWEEPS}
     assert claims == {
         "§10 encoder", "§10 positions", "§10 relative", "§10 window", "§10 block-sparse",
-        "§10 linear",
+        "§10 linear", "§10 fashion",
     }  # fmt: skip
     for sweep in SCEPTIC_SWEEPS:
         for change in ({}, *(p.kwargs for p in sweep.perturbations)):

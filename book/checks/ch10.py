@@ -6,7 +6,9 @@ of a patch), FLOPs against torch's FLOP counter on :class:`attention.blocks.Enco
 (through :func:`book.pages.ch10.encoder_flops_formula`, which the chapter checks against
 the counter), pooling against the package's ``SequenceClassifier`` rule, and the neighbourhood
 mask against coordinates computed with ``torch.meshgrid``. When an answer is wrong, the check
-recomputes the usual mistakes and names the one that matches.
+recomputes the usual mistakes and names the one that matches. Exercise 10.5 is an experiment
+exercise: the learner predicts §10 relative's verdict with RoPE base 16, runs it, and the check
+compares the prediction with the run (after checking that the run used that base).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from attention.vision import PatchEmbedding
 from book.pages.ch10 import encoder_flops_formula
 
 from . import CheckFailed, expect_close, expect_equal, expect_shape, randn, register
-from .helpers import check_formula, expect_tensor, matches
+from .helpers import check_formula, check_prediction, expect_tensor, matches
 
 # --- 10.1 patches in reading order -------------------------------------------------------------
 
@@ -240,3 +242,40 @@ def _neighbours(candidate):
         if torch.equal(got, strict):
             raise CheckFailed(f"{call}: the radius is inclusive (|Δrow| <= radius), not strict")
         expect_equal(call, got, expected, hint="|Δrow| <= radius and |Δcol| <= radius")
+
+
+# --- 10.5 predict, then run: RoPE's base ------------------------------------------------------
+
+ROPE_BASE = 16.0  # the exercise's setting: a base tuned to the 16 tokens
+
+
+@register("10.5", title="Predict, then run: §10 relative with RoPE base 16")
+def _predict_rope_base(predict, *, outcome):
+    from book.sceptic import Outcome
+
+    numbers = outcome.numbers if isinstance(outcome, Outcome) else {}
+    if isinstance(outcome, Outcome) and numbers.get("rope_base") != ROPE_BASE:
+        raise CheckFailed(
+            f"the run used RoPE base {numbers.get('rope_base')}, not {ROPE_BASE:g}: pass the "
+            f"Outcome of relative_sweep_run(seeds=[0], steps=200, rope_base={ROPE_BASE:g}), so "
+            f"that the knob is really changed"
+        )
+    gaps = {k: numbers.get(f"{k} gap") for k in ("RoPE", "ALiBi")}
+    check_prediction(
+        predict,
+        outcome,
+        setting=f"RoPE base {ROPE_BASE:g}",
+        why={
+            "reproduced": f"both relative schemes stay at least 0.05 below the better absolute "
+            f"one (gaps: RoPE {gaps.get('RoPE')}, ALiBi {gaps.get('ALiBi')}). With base 16 every "
+            f"channel pair of RoPE turns across the 16 tokens and RoPE climbs to about the "
+            f"sinusoidal table's accuracy, but the better absolute scheme here is the learned "
+            f"table, which stays ahead; ALiBi does not depend on RoPE's base",
+            "partly": f"one relative scheme is within 0.05 of the better absolute one (gaps: "
+            f"RoPE {gaps.get('RoPE')}, ALiBi {gaps.get('ALiBi')}): with base 16 every channel "
+            f"pair of RoPE turns across the 16 tokens, so RoPE can tell them apart; ALiBi's "
+            f"symmetric penalty is not changed by RoPE's base",
+            "not reproduced": f"neither relative scheme is 0.05 below the better absolute one "
+            f"(gaps: RoPE {gaps.get('RoPE')}, ALiBi {gaps.get('ALiBi')})",
+        },
+    )

@@ -54,7 +54,7 @@ def allowed_pairs(attention: str, seq_len: int = SEQ_LEN, *, window: int = WINDO
         return torch.ones(seq_len, seq_len, dtype=torch.bool)  # (L, L)
     return attention_kernel(attention, window=window).allowed(seq_len)  # (L, L)
 
-# %% ../../chapters/10_application.py #53aefda69be8
+# %% ../../chapters/10_application.py #72bae7009b76
 from torch import nn
 
 from attention.blocks import Encoder
@@ -74,7 +74,8 @@ class PatchClassifier(nn.Module):
     :data:`POSITIONALS`), a pre-LN encoder whose attention is one of :data:`ATTENTIONS`, the
     mean over the tokens, a linear head. ``dense=True`` computes the window and block-sparse
     kinds as full attention with their bool mask (``True`` = may attend; the same function,
-    faster than their kernels on short inputs); ``False`` runs the kernels."""
+    faster than their kernels on short inputs); ``False`` runs the kernels. ``rope_base``: RoPE's
+    base (10000, the usual); ``window``: the window's reach each way (default one grid row)."""
 
     def __init__(
         self,
@@ -87,6 +88,8 @@ class PatchClassifier(nn.Module):
         attention: str = "full",
         dense: bool = True,
         learned_std: float = LEARNED_STD,
+        rope_base: float = 10000.0,
+        window: int | None = None,
         d_model: int = D_MODEL,
         num_heads: int = NUM_HEADS,
         num_layers: int = NUM_LAYERS,
@@ -105,7 +108,8 @@ class PatchClassifier(nn.Module):
                 f"cannot take; expected attention='full' (or dense=True for a masked kind)"
             )
         self.patches = PatchEmbedding(image_size, patch_size, channels, d_model)  # (B, L, D)
-        n, window = self.patches.num_patches, self.patches.grid_size[1]
+        n = self.patches.num_patches
+        window = self.patches.grid_size[1] if window is None else window  # default: one row
         self.pos: nn.Module | None = None
         rotary = None
         if positional == "sinusoidal":
@@ -114,7 +118,7 @@ class PatchClassifier(nn.Module):
             self.pos = LearnedPositionalEmbedding(d_model, max_len=n)
             nn.init.normal_(self.pos.weight, std=learned_std)
         elif positional == "rope":
-            rotary = RotaryEmbedding(d_model // num_heads)
+            rotary = RotaryEmbedding(d_model // num_heads, base=rope_base)
         mask = None
         if positional == "alibi":
             mask = alibi_bias(num_heads, n)  # (H, L, L) float, additive

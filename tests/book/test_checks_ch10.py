@@ -11,8 +11,8 @@ from tests.book.check_outcomes import fails, run_check
 EXERCISES = {ex.id: ex for ex in exercises_for_chapter("10")}
 
 
-def test_all_four_exercises_are_registered():
-    assert sorted(EXERCISES) == ["10.1", "10.2", "10.3", "10.4"]
+def test_all_five_exercises_are_registered():
+    assert sorted(EXERCISES) == ["10.1", "10.2", "10.3", "10.4", "10.5"]
 
 
 # --- 10.1 -------------------------------------------------------------------------------------
@@ -119,3 +119,50 @@ def test_grid_neighbours():
     fails("10.4", lambda ro, co, ra: neighbours(ro, co, ra).int(), "bool mask")
     fails("10.4", lambda ro, co, ra: neighbours(ro, co, ra)[1:], "shape")
     fails("10.4", lambda ro, co, ra: ~neighbours(ro, co, ra), "differs at")
+
+
+# --- 10.5 predict, then run -------------------------------------------------------------------
+
+
+def _relative_outcome(rope_base: float, rope_gap: float):
+    from book.claims.ch10 import s10_relative_verdict
+    from book.sceptic import Outcome
+
+    accuracy = {"sinusoidal": [0.80], "learned": [0.90], "RoPE": [0.90 - rope_gap], "ALiBi": [0.5]}
+    numbers = {"RoPE gap": rope_gap, "ALiBi gap": 0.4, "rope_base": rope_base}
+    return Outcome(s10_relative_verdict(accuracy), numbers)
+
+
+def _predict(answer):
+    return lambda: answer
+
+
+def test_predict_rope_base_right_prediction_passes():
+    run = _relative_outcome(16.0, 0.01)  # RoPE within 0.05: partly
+    assert run.verdict == "partly"
+    EXERCISES["10.5"].check(_predict("partly"), outcome=run)
+    run = _relative_outcome(16.0, 0.2)
+    assert run.verdict == "reproduced"
+    EXERCISES["10.5"].check(_predict("reproduced"), outcome=run)
+
+
+def test_predict_rope_base_wrong_prediction_fails_with_the_reason():
+    import pytest
+
+    from book.checks import CheckFailed
+
+    with pytest.raises(CheckFailed, match=r"gives 'partly'.*RoPE 0.01.*turns across"):
+        EXERCISES["10.5"].check(_predict("reproduced"), outcome=_relative_outcome(16.0, 0.01))
+    with pytest.raises(CheckFailed, match="one of"):
+        EXERCISES["10.5"].check(_predict("maybe"), outcome=_relative_outcome(16.0, 0.01))
+
+
+def test_predict_rope_base_rejects_the_unchanged_baseline():
+    import pytest
+
+    from book.checks import CheckFailed
+
+    with pytest.raises(CheckFailed, match="RoPE base 10000.0, not 16"):
+        EXERCISES["10.5"].check(_predict("reproduced"), outcome=_relative_outcome(10000.0, 0.2))
+    with pytest.raises(CheckFailed, match="Outcome"):
+        EXERCISES["10.5"].check(_predict("reproduced"), outcome=None)

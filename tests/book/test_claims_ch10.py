@@ -340,3 +340,36 @@ def test_s10_guide_verdict():
     assert s10_guide_verdict(worse, evidence("C19 window", "partly", failed)) == NOT_REPRODUCED
     # a record without the numbers shows nothing
     assert s10_guide_verdict(here, evidence("C19 window")) == NOT_REPRODUCED
+
+
+# --- the sceptic's sweep: every runner runs and judges at a tiny budget -----------------------
+
+
+def test_sweep_runners_run_and_judge_at_a_tiny_budget():
+    from book.claims import VERDICTS
+    from book.claims.ch10 import SCEPTIC_SWEEPS
+
+    claims = {s.claim_id for s in SCEPTIC_SWEEPS}
+    assert claims == {
+        "§10 encoder", "§10 positions", "§10 relative", "§10 window", "§10 block-sparse",
+        "§10 linear", "§10 fashion",
+    }  # fmt: skip
+    for sweep in SCEPTIC_SWEEPS:
+        for change in ({}, *(p.kwargs for p in sweep.perturbations)):
+            kwargs = sweep.baseline | change | {"seeds": [0], "steps": 2}
+            outcome = sweep.run(**kwargs)
+            assert outcome.verdict in VERDICTS, (sweep.claim_id, outcome)
+            assert outcome.numbers, sweep.claim_id
+
+
+def test_sweep_knobs_reach_the_model():
+    from book.claims.ch10 import relative_sweep_run, window_sweep_run
+    from book.pages.ch10 import PatchClassifier
+
+    assert PatchClassifier(positional="rope", rope_base=16.0).encoder.layers[0]
+    rope = [m for m in PatchClassifier(positional="rope", rope_base=16.0).modules()
+            if type(m).__name__ == "RotaryEmbedding"]  # fmt: skip
+    assert rope and all(m.base == 16.0 for m in rope)
+    assert int(PatchClassifier(attention="window", window=1).mask.sum()) == 16 + 2 * 15
+    assert relative_sweep_run(seeds=[0], steps=1, rope_base=16.0).numbers["rope_base"] == 16.0
+    assert "window ±1" in window_sweep_run(seeds=[0], steps=1, window=1).numbers

@@ -1055,7 +1055,8 @@ print(sweep_summary("C3"))
 # position looks straight at the first five tokens, one step away (the zoom).
 #
 # The forget-gate bias is where "not a tuning problem" breaks. A bias of +3 did not help on
-# any seed here (in the sweep it did on one seed of the wider LSTM), but +5 — a gate that starts out almost fully open — lifted the LSTM above
+# any seed here (in the sweep it did on one seed of the wider LSTM), but +5 — a gate that starts
+# out almost fully open — lifted the LSTM above
 # the threshold fixed before the run on some seeds while others stayed at chance: see the
 # dots in the accuracy panel and the per-seed line above. *Which* seeds it rescues is itself
 # fragile: with another CPU's vector instructions (AVX2 instead of AVX-512, as `make test`

@@ -33,11 +33,18 @@ import torch
 from attention.checks import check_choice, check_positive_int
 from attention.dispatch import torch_sdpa
 from attention.heads import MultiHeadAttention
-from book.experiments.gradients import gradient_vs_distance
+from book.experiments.gradients import (
+    gradient_vs_distance,
+    layer_rounds,
+    path_lengths,
+    recurrence_rounds,
+    sequential_depth,
+)
 from book.experiments.training import train_classifier
 from book.pages.ch01 import (
     LSTMClassifier,
     identity_rnn,
+    linear_scan_rounds,
     outputs_of,
     rate_and_ratio,
     recurrent_models,
@@ -68,10 +75,12 @@ __all__ = [
     "c1_summary",
     "c1_sweep_run",
     "c1_verdict",
+    "c2_sweep_run",
     "c2_verdict",
     "c3_lstm_accuracies",
     "c3_sweep_run",
     "c3_verdict",
+    "c4_sweep_run",
     "c4_verdict",
 ]
 
@@ -453,6 +462,82 @@ def c3_sweep_run(*, seeds: Sequence[int], steps: int, hidden_size: int, num_laye
     return Outcome(c3_verdict(default, tuned), numbers)
 
 
+# ------------------------------------------------------------------------------------------
+# C2's and C4's sweeps: the measurement at other sizes (no training)
+# ------------------------------------------------------------------------------------------
+
+
+def c2_sweep_run(*, lengths: Sequence[int], width: int, scan_counted: bool) -> Outcome:
+    """C2 measured as section 1.3 measures it (seed 0, float64): the sequential depth of an
+    LSTM loop, a fused LSTM and a fused GRU, and of one 4-head attention layer, at each length
+    of ``lengths`` and width ``width``; with ``scan_counted`` a linear recurrence computed by
+    the page's parallel scan is counted among the recurrent networks. Judged by
+    :func:`c2_verdict`."""
+    width = check_positive_int("width", width)
+    torch.manual_seed(0)
+    recurrent = {
+        "LSTM loop": recurrence_rounds(torch.nn.LSTMCell(width, width).double()),
+        "nn.LSTM": recurrence_rounds(torch.nn.LSTM(width, width, batch_first=True).double()),
+        "nn.GRU": recurrence_rounds(torch.nn.GRU(width, width, batch_first=True).double()),
+    }
+    attention = {"attention": layer_rounds([MultiHeadAttention(width, 4).double()])}
+    decay = torch.full((width,), 0.9, dtype=torch.float64)
+    depth = {name: [] for name in (*recurrent, *attention, "scan")}
+    for n in lengths:
+        x = torch.randn(
+            1, n, width, dtype=torch.float64, generator=torch.Generator().manual_seed(n)
+        )  # (B, L, D)
+        for name, rounds in (recurrent | attention).items():
+            depth[name].append(sequential_depth(rounds, x, generator=torch.Generator()))
+        depth["scan"].append(
+            sequential_depth(linear_scan_rounds(decay, n), x, generator=torch.Generator())
+        )
+    counted = {name: depth[name] for name in recurrent}
+    if scan_counted:
+        counted["scan"] = depth["scan"]
+    numbers = {
+        "lengths": "/".join(map(str, lengths)),
+        **{name: "/".join(map(str, d)) for name, d in depth.items()},
+        "scan counted": scan_counted,
+    }
+    verdict = c2_verdict(list(lengths), counted, {"attention": depth["attention"]})
+    return Outcome(verdict, numbers)
+
+
+def c4_sweep_run(*, seq_len: int, width: int, attention_layers: int) -> Outcome:
+    """C4 measured as section 1.5 measures it (seed 0, float64): path lengths by distance in
+    ``seq_len`` tokens of width ``width`` for an LSTM (cell applications), a stack of
+    ``attention_layers`` 4-head attention layers (one round each) and the per-token control,
+    judged by :func:`c4_verdict`."""
+    width = check_positive_int("width", width)
+    layers = check_positive_int("attention_layers", attention_layers)
+    torch.manual_seed(0)
+    cell = torch.nn.LSTMCell(width, width).double()
+    stack = [MultiHeadAttention(width, 4).double() for _ in range(layers)]
+    per_token = torch.nn.Linear(width, width).double()
+    x = torch.randn(
+        1, seq_len, width, dtype=torch.float64, generator=torch.Generator().manual_seed(3)
+    )  # (B, L, D)
+    rounds = {
+        "LSTM": recurrence_rounds(cell),
+        "attention": layer_rounds(stack),  # one round per layer
+        "control": layer_rounds([per_token, torch.tanh, per_token]),
+    }
+    paths = {
+        name: path_lengths(r, x, generator=torch.Generator().manual_seed(4))[::-1]
+        for name, r in rounds.items()
+    }
+    numbers = {
+        "tokens": seq_len,
+        "attention layers": layers,
+        **{
+            name: ", ".join(f"d={d}: {p[d]}" for d in (0, 1, seq_len - 1))
+            for name, p in paths.items()
+        },
+    }
+    return Outcome(c4_verdict(paths["LSTM"], paths["attention"], paths["control"]), numbers)
+
+
 # The changes the verdicts are re-run under.
 SCEPTIC_SWEEPS = (
     # C1: the chapter shows seed 0, 500 tokens and an LSTM whose forget-gate bias is raised by 3
@@ -480,6 +565,34 @@ SCEPTIC_SWEEPS = (
                 {"eased": "irnn"},
             ),
             Perturbation("L 200", "shorter sequences (the claim's own knob)", {"seq_len": 200}),
+        ),
+    ),
+    # C2: the chapter measures n = 8..64 at width 16 and counts the scan apart.
+    Sweep(
+        "C2",
+        run=c2_sweep_run,
+        baseline={"lengths": [8, 16, 32, 64], "width": 16, "scan_counted": False},
+        perturbations=(
+            Perturbation("n 128", "a longer sequence (the claim's knob)", {"lengths": [128]}),
+            Perturbation("width 32", "wider models", {"width": 32}),
+            Perturbation(
+                "scan counted", "the linear recurrence counted as an RNN", {"scan_counted": True}
+            ),
+        ),
+    ),
+    # C4: the chapter measures 64 tokens of width 16, one attention layer.
+    Sweep(
+        "C4",
+        run=c4_sweep_run,
+        baseline={"seq_len": 64, "width": 16, "attention_layers": 1},
+        perturbations=(
+            Perturbation("L 128", "a longer sequence (the claim's knob)", {"seq_len": 128}),
+            Perturbation("width 32", "wider models", {"width": 32}),
+            Perturbation(
+                "2 attention layers",
+                "a stack of two layers: the first already connects every pair",
+                {"attention_layers": 2},
+            ),
         ),
     ),
     # C3: the chapter shows the 32-unit LSTM (and its forget-bias remedies) on seeds 0-2 at 120

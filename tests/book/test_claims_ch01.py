@@ -231,3 +231,28 @@ def test_c3_sweep_run_runs_and_judges_at_a_tiny_budget():
     assert {"LSTM 8×2", "LSTM 8×2, forget bias +3", "LSTM 8×2, forget bias +5"} <= set(run.numbers)
     with pytest.raises(ValueError, match="seeds"):
         c3_sweep_run(seeds=[], steps=2, hidden_size=8, num_layers=1)
+
+
+# ------------------------------------------------------------------------------------------
+# C2 and C4: the sceptic's sweeps (measurements, no training)
+# ------------------------------------------------------------------------------------------
+
+
+def test_c2_sweep_run_measures_depth_and_judges():
+    from book.claims.ch01 import c2_sweep_run
+
+    run = c2_sweep_run(lengths=[4, 8], width=4, scan_counted=False)
+    assert run.verdict == "reproduced"
+    assert run.numbers["nn.LSTM"] == "4/8" and run.numbers["attention"] == "1/1"
+    assert run.numbers["scan"] == "2/3"  # log2 n rounds
+    # Counting the scan as an RNN is the false case of "any RNN": partly.
+    assert c2_sweep_run(lengths=[4, 8], width=4, scan_counted=True).verdict == "partly"
+
+
+def test_c4_sweep_run_measures_paths_and_judges():
+    from book.claims.ch01 import c4_sweep_run
+
+    run = c4_sweep_run(seq_len=8, width=4, attention_layers=2)
+    assert run.verdict == "reproduced"
+    assert run.numbers["LSTM"] == "d=0: 1, d=1: 2, d=7: 8"
+    assert run.numbers["control"] == "d=0: 1, d=1: None, d=7: None"

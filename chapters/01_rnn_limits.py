@@ -1350,11 +1350,12 @@ claims_table()
 # %% [markdown]
 # ## Exercises
 #
-# Your workbook `my-exercises/01_rnn_limits.py` (`make lab` copies it there) has five: count the
+# Your workbook `my-exercises/01_rnn_limits.py` (`make lab` copies it there) has six: count the
 # path length between two positions, unroll an RNN by hand (checked against `nn.RNN`), derive
 # the gradient decay of a linear recurrence, compute how far a gradient survives at the decay
-# rates measured here, and write cross-attention (checked against the package). Check your
-# answers with `make check CH=01`.
+# rates measured here, write cross-attention (checked against the package), and predict C1's
+# verdict with the forget gate opened by +5 before running it. Check your answers with
+# `make check CH=01`.
 #
 # ## Further reading
 #

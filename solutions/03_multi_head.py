@@ -14,11 +14,13 @@
 # %% [markdown]
 # # Chapter 3 — Exercises: multi-head attention
 #
-# Five exercises on chapter 3 (`chapters/03_multi_head.py`): the two reshapes at the heart
-# of multi-head attention, the parameter count of an attention layer, the size of a KV cache,
-# and a complete multi-head forward pass from its weight matrices. Each exercise defines a
-# function; the cell after it checks your function against the `attention` package on inputs
-# it chooses, and says what looks wrong if it is.
+# Six exercises on chapter 3 (`chapters/03_multi_head.py`): the two reshapes at the heart
+# of multi-head attention, the parameter count of an attention layer, grouped-query
+# attention's shared key/value heads, a complete multi-head forward pass from its weight
+# matrices, and a prediction of how C8's verdict moves when one knob of its measurement
+# changes. Each exercise defines a function; the cell after it checks your function against
+# the `attention` package on inputs it
+# chooses (or, for the prediction, against your own run), and says what looks wrong if it is.
 
 # %%
 import math
@@ -26,6 +28,7 @@ import math
 import torch
 
 from book.checks import check
+from book.claims.ch03 import c8_sweep_run
 
 # %% [markdown]
 # ## Exercise 03.1 — Split the heads (★)
@@ -115,41 +118,42 @@ check("03.3", attention_params)
 print(f"{attention_params(4096, 32, 32, False):,} vs {attention_params(4096, 32, 8, False):,}")
 
 # %% [markdown]
-# ## Exercise 03.4 — The size of a KV cache (★★)
+# ## Exercise 03.4 — Share the key/value heads (GQA) (★★)
 #
-# A decoder caches the keys and values of every earlier token, in every layer, for every
-# sequence of the batch. Write `kv_cache_bytes(num_layers, num_heads, num_kv_heads, head_dim,
-# seq_len, batch_size, bytes_per_element)` returning the cache's size in bytes
-# (`bytes_per_element` is 2 for fp16). Think about which of the arguments matter.
+# In grouped-query attention (section 3.6) a layer has `num_heads` query heads but only
+# `H_kv` key/value heads: the queries are split into `H_kv` groups of `num_heads // H_kv`
+# consecutive heads, and every query head of group `g` attends with key/value head `g`
+# (query head `i` uses key/value head `i // (num_heads // H_kv)`). A kernel written for
+# ordinary multi-head attention wants one key/value head per query head, so before calling
+# it the layer copies each key/value head to its group. Write `expand_kv(kv, num_heads)`:
+# from keys (or values) `kv (B, H_kv, L, Dh)` return `(B, num_heads, L, Dh)`, where head `i`
+# of the result is head `i // (num_heads // H_kv)` of `kv`. Raise a `ValueError` naming
+# `num_heads` when it is not a multiple of `H_kv`.
 
 
 # %%
-def kv_cache_bytes(
-    num_layers: int,
-    num_heads: int,
-    num_kv_heads: int,
-    head_dim: int,
-    seq_len: int,
-    batch_size: int,
-    bytes_per_element: int,
-) -> int:
+def expand_kv(kv: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(B, H_kv, L, Dh) -> (B, num_heads, L, Dh): each key/value head copied to its group."""
     ### BEGIN SOLUTION
-    # K and V; only the key/value heads are cached, whatever the number of query heads.
-    elements = 2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size
-    return elements * bytes_per_element
+    num_kv_heads = kv.shape[1]
+    if num_heads % num_kv_heads:
+        raise ValueError(
+            f"num_heads must be a multiple of the {num_kv_heads} key/value heads, got {num_heads}"
+        )
+    # Consecutive copies (0, 0, 1, 1, ...), not a tiling (0, 1, 0, 1, ...).
+    return kv.repeat_interleave(num_heads // num_kv_heads, dim=1)  # (B, H, L, Dh)
     ### END SOLUTION
 
 
 # %%
-check("03.4", kv_cache_bytes)
+check("03.4", expand_kv)
 
 # %% [markdown] tags=["solution_only"]
-# *`num_heads` is a distractor.* Query heads are never cached: each new token computes its
-# own query and throws it away after the step. For 32 layers, 8 key/value heads of 128, 4,096
-# tokens in fp16 that is 512 MiB per sequence; with 32 key/value heads (MHA), 2 GiB.
-
-# %% tags=["solution_only"]
-print(kv_cache_bytes(32, 32, 8, 128, 4096, 1, 2) / 2**20, "MiB")
+# *`repeat_interleave`, not `repeat`.* `kv.repeat(1, g, 1, 1)` tiles the heads (0, 1, 0, 1,
+# ...), so query head 1 would read key/value head 1 instead of its group's head 0: the shapes
+# are right and nothing fails, but the model computes something else than the one it was
+# trained as. The copy costs memory only at the kernel's input; the cache itself keeps the
+# `H_kv` heads, which is the point of GQA (chapter 6 counts the bytes).
 
 # %% [markdown]
 # ## Exercise 03.5 — Multi-head attention from its weight matrices (★★)
@@ -190,3 +194,42 @@ check("03.5", mha_forward)
 # of `sqrt(d_head)` (the variance argument of chapter 2 is about the vectors actually
 # multiplied, which are `d_head` long); forgetting `w_o`; splitting with a single reshape;
 # and taking the softmax over the queries (`dim=-2`) instead of the keys.
+
+# %% [markdown]
+# ## Exercise 03.6 — Predict, then run: the sequence length (★★)
+#
+# Section 3.3 judged C8 ("$h$ heads of width $d_\text{model}/h$ cost about the same compute as
+# one head of width $d_\text{model}$") at BERT-base's shape — $L = 512$, $d_\text{model} =
+# 768$, $h = 12$ — and found it *reproduced*: the matrix products cost exactly the same and
+# the softmax work the extra heads add is 0.54 % of the layer, under the 1 % that
+# `c8_verdict` allows. Keep the model and change one knob: sequences of **4,096** tokens, as
+# a long-context model reads. Before running anything, think about how each part of the cost
+# grows with $L$ (the projections, the two products with the score matrix, the softmax) and
+# predict the verdict: "reproduced", "partly" (same matrix products, but the heads add 1 % or
+# more) or "not reproduced" (the matrix products differ). Then run the cell below (instant:
+# it counts FLOPs, it does not time anything).
+
+
+# %%
+def my_prediction() -> str:
+    """C8's verdict at L = 4096, d_model 768, h 12: "reproduced", "partly" or "not reproduced"."""
+    ### BEGIN SOLUTION
+    return "partly"
+    ### END SOLUTION
+
+
+# %%
+outcome = c8_sweep_run(seq_len=4096, d_model=768, num_heads=12)
+print(outcome.verdict, outcome.numbers)
+
+# %%
+check("03.6", my_prediction, outcome=outcome)
+
+# %% [markdown] tags=["solution_only"]
+# *Partly.* The head count never changes a matrix product, at any length. But the
+# projections cost $8 L D^2$ FLOPs, linear in $L$, while the softmax's $6 h L^2$ and the
+# score products' $4 L^2 D$ grow with $L^2$; the extra heads' share of one head's cost,
+# $6 (h - 1) L^2 / (8 L D^2 + 4 L^2 D + 6 L^2)$, rises with $L$ towards its limit
+# $\approx 1.5 (h - 1) / D$ (2.1 % here). At 4,096 tokens it is 1.56 %, over the 1 % line:
+# "about the same" is a statement about short sequences or wide heads, and a long context
+# erodes it.

@@ -1,5 +1,6 @@
 """Checks of chapter 1's exercises: path lengths, an RNN unrolled by hand, how a gradient decays
-through a linear recurrence, and cross-attention.
+through a linear recurrence, cross-attention, and a predicted verdict (01.6: C1 with the
+forget-gate bias raised by 5, graded against the learner's own run).
 
 Each check compares the learner's answer with an independent reference (torch's ``nn.RNN``,
 autograd through an unrolled recurrence, the package's attention) and, when it is wrong, tries
@@ -16,7 +17,7 @@ from torch import nn
 from attention.functional import scaled_dot_product_attention
 
 from . import CheckFailed, expect_close, expect_shape, generator, randn, register
-from .helpers import expect_int, expect_number, expect_tensor, matches
+from .helpers import check_prediction, expect_int, expect_number, expect_tensor, matches
 
 Tensor = torch.Tensor
 
@@ -290,3 +291,46 @@ def _check_cross_case(candidate, batch, lq, lk, d, d_k, d_v, seed) -> None:
 def _check_cross_attention(candidate) -> None:
     _check_cross_case(candidate, 2, 3, 5, 8, 4, 6, seed=10)
     _check_cross_case(candidate, 2, 4, 4, 6, 6, 6, seed=20)  # equal lengths: roles can hide
+
+
+# ------------------------------------------------------------------------------------------
+# 01.6 predict, then run: C1 with the forget-gate bias raised by 5
+# ------------------------------------------------------------------------------------------
+
+C1_EXERCISE_BIAS = 5.0
+C1_EXERCISE_WHY = {
+    "partly": (
+        "With f ≈ σ(5) ≈ 0.993 the cell keeps almost all of its memory at every step: the "
+        "eased LSTM's far gradient is no longer an order of magnitude below its near one, so "
+        "'eases' holds and 'does not cure' fails, while the default models still decay and "
+        "attention stays flat."
+    ),
+    "reproduced": (
+        "The eased LSTM still loses at least an order of magnitude between the near and the far "
+        "band while decaying more slowly than the default LSTM: gating eases without curing."
+    ),
+    "not reproduced": (
+        "A default recurrent model no longer loses dozens of orders of magnitude, or attention "
+        "is not flat: the decay the claim is about is not there."
+    ),
+}
+
+
+@register("01.6", title="Predict, then run: the forget-gate bias")
+def _check_forget_bias_prediction(predict, *, outcome) -> None:
+    from book.sceptic import Outcome
+
+    # A wrong kind of outcome is check_prediction's to report; a baseline run is ours.
+    eased = outcome.numbers.get("eased") if isinstance(outcome, Outcome) else None
+    if isinstance(outcome, Outcome) and eased != f"LSTM, forget bias +{C1_EXERCISE_BIAS:g}":
+        raise CheckFailed(
+            f"the run's eased model is {eased!r}, not the LSTM with forget bias "
+            f"+{C1_EXERCISE_BIAS:g}: run c1_sweep_run with forget_bias={C1_EXERCISE_BIAS:g} and "
+            'eased="lstm" (the chapter\'s +3 is the setting you are asked to change)'
+        )
+    check_prediction(
+        predict,
+        outcome,
+        setting=f"forget-gate bias +{C1_EXERCISE_BIAS:g}",
+        why=C1_EXERCISE_WHY,
+    )

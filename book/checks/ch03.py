@@ -2,7 +2,8 @@
 
 Every answer is compared with the package: :func:`attention.heads.split_heads` /
 :func:`~attention.heads.merge_heads`, the parameters of a real
-:class:`attention.heads.MultiHeadAttention`, :func:`measure.memory.kv_cache_bytes`.
+:class:`attention.heads.MultiHeadAttention` and the way its forward pass copies grouped
+key/value heads; 03.6 grades a predicted verdict against the learner's own run.
 When an answer is wrong, the check recomputes the usual mistakes and names the one that
 matches.
 """
@@ -15,9 +16,9 @@ import torch
 
 from attention.functional import scaled_dot_product_attention
 from attention.heads import MultiHeadAttention, merge_heads, split_heads
-from measure.memory import kv_cache_bytes
 
 from . import CheckFailed, expect_close, expect_shape, randn, register
+from .helpers import check_prediction
 
 
 def _same(a: object, b: torch.Tensor) -> bool:
@@ -139,62 +140,56 @@ def _params(candidate):
         raise CheckFailed(f"{call} is {got!r}, expected {expected}" + (f": {hint}" if hint else ""))
 
 
-# --- 03.4 KV-cache bytes -----------------------------------------------------------------------
+# --- 03.4 GQA: key/value heads copied to their groups -----------------------------------------
+
+# (batch, key/value heads, query heads, length, head width): a group of 3 with 2 kv heads tells
+# a tiling (0, 1, 0, 1, 0, 1) from consecutive copies (0, 0, 0, 1, 1, 1); MHA and MQA too.
+_EXPAND_CASES = ((2, 2, 6, 5, 4), (1, 4, 8, 3, 2), (2, 3, 3, 4, 4), (1, 1, 4, 5, 2))
 
 
-@register("03.4", title="The size of a KV cache")
-def _kv_cache(candidate):
-    configs = (
-        # layers, query heads, kv heads, head dim, tokens, batch, bytes
-        # 5 layers, 8 query heads over 2 kv heads, fp32, batch 3: every mistake (÷2, ÷5, ×4,
-        # ÷4, ÷3) gives its own number
-        (5, 8, 2, 8, 10, 3, 4),
-        (32, 32, 32, 128, 4096, 1, 2),  # MHA, fp16
-        (32, 32, 8, 128, 4096, 1, 2),  # GQA-8
-        (32, 32, 1, 128, 4096, 1, 2),  # MQA
-    )
-    for layers, h, kv, dh, n, b, nbytes in configs:
-        got = candidate(layers, h, kv, dh, n, b, nbytes)
-        expected = kv_cache_bytes(layers, kv, dh, n, batch_size=b, bytes_per_element=nbytes)
-        if got == expected:
+def _expand_reference(kv: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """The package's own expansion (``MultiHeadAttention.forward`` with an ``attn_fn``):
+    query head ``i`` reads key/value head ``i // (num_heads // H_kv)``."""
+    index = torch.arange(num_heads) // (num_heads // kv.shape[1])  # (H,)
+    return kv[:, index]  # (B, H, L, Dh)
+
+
+@register("03.4", title="Share the key/value heads (GQA)")
+def _expand_kv(candidate):
+    for b, kv_heads, h, n, dh in _EXPAND_CASES:
+        kv = randn(b, kv_heads, n, dh)  # (B, H_kv, L, Dh)
+        call = f"expand_kv(kv of shape {tuple(kv.shape)}, num_heads={h})"
+        got = candidate(kv.clone(), h)
+        expected = _expand_reference(kv, h)
+        expect_shape(call, got, tuple(expected.shape))
+        if _same(got, expected):
             continue
-        call = f"kv_cache_bytes({layers}, {h}, {kv}, {dh}, {n}, {b}, {nbytes})"
-        hint = _kv_cache_hint(got, expected, layers, h, kv, dh, n, b, nbytes)
-        raise CheckFailed(f"{call} is {got!r}, expected {expected}" + (f": {hint}" if hint else ""))
-
-
-# Each typical mistake of 03.4: (what it changes in the true formula, the message naming it).
-_KV_MISTAKES = {
-    "values": "a cache holds keys AND values: multiply by 2",
-    "layers": "every layer has its own keys and values: multiply by num_layers",
-    "heads": "only the key/value heads are cached: use num_kv_heads, not num_heads",
-    "bytes": "that is a number of elements: multiply by bytes_per_element",
-    "batch": "each sequence of the batch has its own cache: multiply by batch_size",
-}
-
-
-def _kv_cache_wrong(mistakes, layers, h, kv, dh, n, b, nbytes) -> int:
-    heads = h if "heads" in mistakes else kv
-    depth = 1 if "layers" in mistakes else layers
-    batch = 1 if "batch" in mistakes else b
-    element = 1 if "bytes" in mistakes else nbytes
-    total = kv_cache_bytes(depth, heads, dh, n, batch_size=batch, bytes_per_element=element)
-    return total // 2 if "values" in mistakes else total
-
-
-def _kv_cache_hint(got, expected, layers, h, kv, dh, n, b, nbytes) -> str | None:
-    """The message naming the mistake (or the two mistakes at once) that gives ``got``."""
-    names = list(_KV_MISTAKES)
-    singles = [(m,) for m in names]
-    pairs = [(a, c) for i, a in enumerate(names) for c in names[i + 1 :]]
-    for combo in singles + pairs:  # one mistake explains more than two, so singles first
-        wrong = _kv_cache_wrong(combo, layers, h, kv, dh, n, b, nbytes)
-        if wrong == got and wrong != expected:
-            if len(combo) == 1:
-                return _KV_MISTAKES[combo[0]]
-            first, second = (_KV_MISTAKES[m] for m in combo)
-            return f"two mistakes at once: {first}; and {second}"
-    return None
+        tiled = kv.repeat(1, h // kv_heads, 1, 1)  # (B, H, L, Dh): 0, 1, 0, 1, ...
+        if _same(got, tiled):
+            raise CheckFailed(
+                f"{call}: query head 1 got key/value head {1 % kv_heads}, expected head "
+                f"{1 // (h // kv_heads)}: the heads are tiled (0, 1, 0, 1, ...), as "
+                "kv.repeat does; each key/value head must be copied to its group of "
+                "consecutive query heads (0, 0, 0, 1, 1, 1): kv.repeat_interleave(group, dim=1)"
+            )
+        raise CheckFailed(
+            f"{call}: the values differ from the expected copies (head i of the result is head "
+            "i // (num_heads // H_kv) of kv)"
+        )
+    kv = randn(1, 2, 3, 4)
+    try:
+        candidate(kv, 3)
+    except ValueError as err:
+        if "num_heads" not in str(err):
+            raise CheckFailed(
+                f"expand_kv(kv with 2 key/value heads, num_heads=3) raised ValueError({err!s}), "
+                "which should name num_heads"
+            ) from None
+    else:
+        raise CheckFailed(
+            "expand_kv(kv with 2 key/value heads, num_heads=3) should raise a ValueError naming "
+            "num_heads: 3 query heads cannot be split into 2 equal groups"
+        )
 
 
 # --- 03.5 multi-head attention from weight matrices --------------------------------------------
@@ -307,3 +302,35 @@ def _mha_forward(candidate):
         expected,
         hint="check the softmax axis (over keys, dim=-1) and that W_O is applied after merging",
     )
+
+
+# --- 03.6 predict, then run: C8 at a long sequence ---------------------------------------------
+
+C8_EXERCISE_SHAPE = "L 4096, d_model 768, h 12"  # the chapter's BERT-base shape at L 4096
+C8_EXERCISE_WHY = {
+    "partly": (
+        "The matrix products still cost the same, but the softmax work grows as L² while the "
+        "projections grow as L: at 4,096 tokens the extra heads add 1.56 % of the layer, over "
+        "the 1 % that 'about the same' allows."
+    ),
+    "reproduced": (
+        "The matrix products cost the same and the extra softmax work stays under 1 % of the "
+        "layer at this shape."
+    ),
+    "not reproduced": "The matrix products differ between one head and many.",
+}
+
+
+@register("03.6", title="Predict, then run: the sequence length")
+def _check_c8_prediction(predict, *, outcome) -> None:
+    from book.sceptic import Outcome
+
+    # A wrong kind of outcome is check_prediction's to report; a run of another shape is ours.
+    shape = outcome.numbers.get("shape") if isinstance(outcome, Outcome) else None
+    if isinstance(outcome, Outcome) and shape != C8_EXERCISE_SHAPE:
+        raise CheckFailed(
+            f"the run measured {shape!r}, not {C8_EXERCISE_SHAPE!r}: run c8_sweep_run with "
+            "seq_len=4096, d_model=768, num_heads=12 (only the sequence length changes from "
+            "the chapter's 512)"
+        )
+    check_prediction(predict, outcome, setting="L = 4096 tokens", why=C8_EXERCISE_WHY)

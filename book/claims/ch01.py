@@ -14,6 +14,8 @@ and depth measurements are generic and live in :mod:`book.experiments.gradients`
   recurrent networks against that of attention.
 - C3, :func:`assert_c3_attention_and_control_solve`, :func:`c3_verdict`: LSTMs against an
   attention classifier on a task whose answer sits 495 tokens from the read-out.
+  ``SCEPTIC_SWEEPS`` trains the LSTMs again on other seeds, for longer, wider and deeper
+  (:func:`c3_sweep_run`).
 - C4, :func:`assert_c4_paths`, :func:`c4_verdict`: path lengths (in rounds of mixing) of an
   RNN, of attention, and of a per-token control that mixes nothing.
 
@@ -31,8 +33,23 @@ import torch
 from attention.checks import check_choice, check_positive_int
 from attention.dispatch import torch_sdpa
 from attention.heads import MultiHeadAttention
-from book.experiments.gradients import gradient_vs_distance
-from book.pages.ch01 import identity_rnn, outputs_of, rate_and_ratio, recurrent_models
+from book.experiments.gradients import (
+    gradient_vs_distance,
+    layer_rounds,
+    path_lengths,
+    recurrence_rounds,
+    sequential_depth,
+)
+from book.experiments.training import train_classifier
+from book.pages.ch01 import (
+    LSTMClassifier,
+    identity_rnn,
+    linear_scan_rounds,
+    outputs_of,
+    rate_and_ratio,
+    recurrent_models,
+    signal_batch,
+)
 from book.sceptic import Outcome, Perturbation, Sweep
 
 __all__ = [
@@ -58,8 +75,12 @@ __all__ = [
     "c1_summary",
     "c1_sweep_run",
     "c1_verdict",
+    "c2_sweep_run",
     "c2_verdict",
+    "c3_lstm_accuracies",
+    "c3_sweep_run",
     "c3_verdict",
+    "c4_sweep_run",
     "c4_verdict",
 ]
 
@@ -200,36 +221,6 @@ def c1_sweep_run(*, seed: int, seq_len: int, forget_bias: float, eased: str) -> 
     }
     return Outcome(c1_verdict(summary, eased=name, seq_len=seq_len), numbers)
 
-
-# The changes C1's verdict is re-run under: the chapter shows seed 0, 500 tokens and an LSTM
-# whose forget-gate bias is raised by 3 as the model that eases the decay.
-SCEPTIC_SWEEPS = (
-    Sweep(
-        "C1",
-        run=c1_sweep_run,
-        baseline={"seed": 0, "seq_len": C1_SEQ_LEN, "forget_bias": 3.0, "eased": "lstm"},
-        perturbations=(
-            Perturbation("seed 1", "another seed for every model and the inputs", {"seed": 1}),
-            Perturbation("seed 2", "another seed for every model and the inputs", {"seed": 2}),
-            Perturbation(
-                "forget bias +5",
-                "the eased LSTM's forget-gate bias raised by 5 (section 1.4's remedy), not 3",
-                {"forget_bias": 5.0},
-            ),
-            Perturbation(
-                "forget bias +5, seed 1",
-                "the same on another seed",
-                {"forget_bias": 5.0, "seed": 1},
-            ),
-            Perturbation(
-                "IRNN",
-                "an identity-initialised ReLU RNN (Le et al., 2015) as the eased model",
-                {"eased": "irnn"},
-            ),
-            Perturbation("L 200", "shorter sequences (the claim's own knob)", {"seq_len": 200}),
-        ),
-    ),
-)
 
 # ------------------------------------------------------------------------------------------
 # C2: sequential depth
@@ -398,3 +389,231 @@ def c4_verdict(
     if not (_rnn_grows(rnn) and constant and _control_is_silent(control)):
         return "not reproduced"
     return "reproduced" if attention[0] == 1 else "partly"
+
+
+# ------------------------------------------------------------------------------------------
+# C3's sceptic's sweep: the LSTMs trained again
+# ------------------------------------------------------------------------------------------
+
+# The chapter's C3 set-up (section 1.4): sequences of 500 tokens, 4 classes, 16 distractors,
+# the class token in positions 0-4; batch 16, Adam at 5e-3, clipping at 1; embedding 16.
+C3_SEQ_LEN, C3_CLASSES, C3_DISTRACTORS, C3_EMBED = 500, 4, 16, 16
+C3_BATCH, C3_LR = 16, 5e-3
+C3_FORGET_BIASES = (3.0, 5.0)  # the expert's remedies
+
+
+def c3_lstm_accuracies(
+    *, seeds: Sequence[int], steps: int, hidden_size: int, num_layers: int, forget_bias: float
+) -> list[float]:
+    """Held-out accuracy, one per seed, of the page's :class:`book.pages.ch01.LSTMClassifier`
+    trained on the chapter's C3 task (the signal in positions 0-4 of 500) by
+    ``train_classifier`` as section 1.4 trains it (same batches per seed, 512 held out)."""
+    steps = check_positive_int("steps", steps)
+
+    def build():
+        return LSTMClassifier(
+            C3_CLASSES + C3_DISTRACTORS,
+            C3_CLASSES,
+            C3_EMBED,
+            hidden_size,
+            num_layers=num_layers,
+            forget_bias=forget_bias,
+        )
+
+    def make_batch(batch_size, generator):
+        return signal_batch(
+            batch_size,
+            C3_SEQ_LEN,
+            n_classes=C3_CLASSES,
+            n_distractors=C3_DISTRACTORS,
+            signal_positions=(0, 5),
+            n_copies=5,
+            generator=generator,
+        )
+
+    return [
+        train_classifier(
+            build, make_batch, steps=steps, batch_size=C3_BATCH, lr=C3_LR, seed=seed
+        ).accuracy
+        for seed in seeds
+    ]
+
+
+def c3_sweep_run(*, seeds: Sequence[int], steps: int, hidden_size: int, num_layers: int) -> Outcome:
+    """C3 re-run: the default LSTM of ``hidden_size`` × ``num_layers`` and the same LSTM with
+    each forget-gate bias of :data:`C3_FORGET_BIASES`, on ``seeds``, for ``steps`` steps,
+    judged by :func:`c3_verdict` (default: the plain LSTM; tuned: the raised biases)."""
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed, got none")
+    size = f"LSTM {hidden_size}" + (f"×{num_layers}" if num_layers > 1 else "")
+    kwargs = {"seeds": seeds, "steps": steps, "hidden_size": hidden_size, "num_layers": num_layers}
+    default = {size: c3_lstm_accuracies(**kwargs, forget_bias=0.0)}
+    tuned = {
+        f"{size}, forget bias +{b:g}": c3_lstm_accuracies(**kwargs, forget_bias=b)
+        for b in C3_FORGET_BIASES
+    }
+    numbers = {
+        "steps": steps,
+        "model": size,
+        "seeds": seeds,
+        **{name: ", ".join(f"{a:.2f}" for a in accs) for name, accs in (default | tuned).items()},
+    }
+    return Outcome(c3_verdict(default, tuned), numbers)
+
+
+# ------------------------------------------------------------------------------------------
+# C2's and C4's sweeps: the measurement at other sizes (no training)
+# ------------------------------------------------------------------------------------------
+
+
+def c2_sweep_run(*, lengths: Sequence[int], width: int, scan_counted: bool) -> Outcome:
+    """C2 measured as section 1.3 measures it (seed 0, float64): the sequential depth of an
+    LSTM loop, a fused LSTM and a fused GRU, and of one 4-head attention layer, at each length
+    of ``lengths`` and width ``width``; with ``scan_counted`` a linear recurrence computed by
+    the page's parallel scan is counted among the recurrent networks. Judged by
+    :func:`c2_verdict`."""
+    width = check_positive_int("width", width)
+    torch.manual_seed(0)
+    recurrent = {
+        "LSTM loop": recurrence_rounds(torch.nn.LSTMCell(width, width).double()),
+        "nn.LSTM": recurrence_rounds(torch.nn.LSTM(width, width, batch_first=True).double()),
+        "nn.GRU": recurrence_rounds(torch.nn.GRU(width, width, batch_first=True).double()),
+    }
+    attention = {"attention": layer_rounds([MultiHeadAttention(width, 4).double()])}
+    decay = torch.full((width,), 0.9, dtype=torch.float64)
+    depth = {name: [] for name in (*recurrent, *attention, "scan")}
+    for n in lengths:
+        x = torch.randn(
+            1, n, width, dtype=torch.float64, generator=torch.Generator().manual_seed(n)
+        )  # (B, L, D)
+        for name, rounds in (recurrent | attention).items():
+            depth[name].append(sequential_depth(rounds, x, generator=torch.Generator()))
+        depth["scan"].append(
+            sequential_depth(linear_scan_rounds(decay, n), x, generator=torch.Generator())
+        )
+    counted = {name: depth[name] for name in recurrent}
+    if scan_counted:
+        counted["scan"] = depth["scan"]
+    numbers = {
+        "lengths": "/".join(map(str, lengths)),
+        **{name: "/".join(map(str, d)) for name, d in depth.items()},
+        "scan counted": scan_counted,
+    }
+    verdict = c2_verdict(list(lengths), counted, {"attention": depth["attention"]})
+    return Outcome(verdict, numbers)
+
+
+def c4_sweep_run(*, seq_len: int, width: int, attention_layers: int) -> Outcome:
+    """C4 measured as section 1.5 measures it (seed 0, float64): path lengths by distance in
+    ``seq_len`` tokens of width ``width`` for an LSTM (cell applications), a stack of
+    ``attention_layers`` 4-head attention layers (one round each) and the per-token control,
+    judged by :func:`c4_verdict`."""
+    width = check_positive_int("width", width)
+    layers = check_positive_int("attention_layers", attention_layers)
+    torch.manual_seed(0)
+    cell = torch.nn.LSTMCell(width, width).double()
+    stack = [MultiHeadAttention(width, 4).double() for _ in range(layers)]
+    per_token = torch.nn.Linear(width, width).double()
+    x = torch.randn(
+        1, seq_len, width, dtype=torch.float64, generator=torch.Generator().manual_seed(3)
+    )  # (B, L, D)
+    rounds = {
+        "LSTM": recurrence_rounds(cell),
+        "attention": layer_rounds(stack),  # one round per layer
+        "control": layer_rounds([per_token, torch.tanh, per_token]),
+    }
+    paths = {
+        name: path_lengths(r, x, generator=torch.Generator().manual_seed(4))[::-1]
+        for name, r in rounds.items()
+    }
+    numbers = {
+        "tokens": seq_len,
+        "attention layers": layers,
+        **{
+            name: ", ".join(f"d={d}: {p[d]}" for d in (0, 1, seq_len - 1))
+            for name, p in paths.items()
+        },
+    }
+    return Outcome(c4_verdict(paths["LSTM"], paths["attention"], paths["control"]), numbers)
+
+
+# The changes the verdicts are re-run under.
+SCEPTIC_SWEEPS = (
+    # C1: the chapter shows seed 0, 500 tokens and an LSTM whose forget-gate bias is raised by 3
+    # as the model that eases the decay.
+    Sweep(
+        "C1",
+        run=c1_sweep_run,
+        baseline={"seed": 0, "seq_len": C1_SEQ_LEN, "forget_bias": 3.0, "eased": "lstm"},
+        perturbations=(
+            Perturbation("seed 1", "another seed for every model and the inputs", {"seed": 1}),
+            Perturbation("seed 2", "another seed for every model and the inputs", {"seed": 2}),
+            Perturbation(
+                "forget bias +5",
+                "the eased LSTM's forget-gate bias raised by 5 (section 1.4's remedy), not 3",
+                {"forget_bias": 5.0},
+            ),
+            Perturbation(
+                "forget bias +5, seed 1",
+                "the same on another seed",
+                {"forget_bias": 5.0, "seed": 1},
+            ),
+            Perturbation(
+                "IRNN",
+                "an identity-initialised ReLU RNN (Le et al., 2015) as the eased model",
+                {"eased": "irnn"},
+            ),
+            Perturbation("L 200", "shorter sequences (the claim's own knob)", {"seq_len": 200}),
+        ),
+    ),
+    # C2: the chapter measures n = 8..64 at width 16 and counts the scan apart.
+    Sweep(
+        "C2",
+        run=c2_sweep_run,
+        baseline={"lengths": [8, 16, 32, 64], "width": 16, "scan_counted": False},
+        perturbations=(
+            Perturbation("n 128", "a longer sequence (the claim's knob)", {"lengths": [128]}),
+            Perturbation("width 32", "wider models", {"width": 32}),
+            Perturbation(
+                "scan counted", "the linear recurrence counted as an RNN", {"scan_counted": True}
+            ),
+        ),
+    ),
+    # C4: the chapter measures 64 tokens of width 16, one attention layer.
+    Sweep(
+        "C4",
+        run=c4_sweep_run,
+        baseline={"seq_len": 64, "width": 16, "attention_layers": 1},
+        perturbations=(
+            Perturbation("L 128", "a longer sequence (the claim's knob)", {"seq_len": 128}),
+            Perturbation("width 32", "wider models", {"width": 32}),
+            Perturbation(
+                "2 attention layers",
+                "a stack of two layers: the first already connects every pair",
+                {"attention_layers": 2},
+            ),
+        ),
+    ),
+    # C3: the chapter shows the 32-unit LSTM (and its forget-bias remedies) on seeds 0-2 at 120
+    # steps; the wider and the deeper LSTM only on seed 0.
+    Sweep(
+        "C3",
+        run=c3_sweep_run,
+        baseline={"seeds": [0, 1, 2], "steps": 120, "hidden_size": 32, "num_layers": 1},
+        perturbations=(
+            Perturbation("seeds 3–5", "other seeds", {"seeds": [3, 4, 5]}),
+            Perturbation("360 steps", "a 3× longer budget", {"steps": 360}),
+            Perturbation(
+                "hidden 128",
+                "a 4× wider LSTM, on three seeds (the claim's knob)",
+                {"hidden_size": 128},
+            ),
+            Perturbation(
+                "2 layers",
+                "a two-layer LSTM, on three seeds (the claim's knob)",
+                {"num_layers": 2},
+            ),
+        ),
+    ),
+)

@@ -1,5 +1,6 @@
-"""Claims of chapter 3 (C8, C9a, C9b, C10, MQA/GQA): thresholds, verdict functions and
-asserting functions.
+"""Claims of chapter 3 (C8, C9a, C9b, C10, MQA/GQA): thresholds, verdict functions,
+asserting functions, and the runners of the sceptic's sweeps of C8, C9b and C10
+(``SCEPTIC_SWEEPS``).
 
 The FLOP count, the parameter count, the pairs model, its training step and the head-mass
 measurement these claims rest on are defined on the page, ``chapters/03_multi_head.py``
@@ -19,13 +20,16 @@ from typing import Protocol
 import torch
 
 from attention.checks import check_positive_int
-from book.pages.ch03 import FlopCount, attention_parameter_count
+from book.pages.ch03 import FlopCount, attention_parameter_count, mha_flops, train_pairs
+from book.sceptic import Outcome, Perturbation, Sweep
 
 __all__ = [
     "C8_ABOUT_SAME",
     "C9B_THRESHOLDS",
     "C10_MARGIN",
+    "C10_HEADS",
     "C10_PRACTICE_HEAD_WIDTH",
+    "SCEPTIC_SWEEPS",
     "assert_c8_same_matmuls",
     "assert_c9a_heads_split_without_new_parameters",
     "assert_c9b_heads_specialise",
@@ -33,11 +37,14 @@ __all__ = [
     "assert_c10_rises_then_falls",
     "assert_kv_cache_shrinks",
     "c8_overhead",
+    "c8_sweep_run",
     "c8_verdict",
     "c9a_failures",
     "c9a_verdict",
     "c9b_specialisation_failures",
+    "c9b_sweep_run",
     "c9b_verdict",
+    "c10_sweep_run",
     "c10_verdict",
     "kv_cache_verdict",
 ]
@@ -356,3 +363,142 @@ def kv_cache_verdict(cache: Mapping[str, int], kv_heads: Mapping[str, int], num_
     if not_smaller:
         return "not reproduced"
     return "partly" if not_by_factor else "reproduced"
+
+
+# ------------------------------------------------------------------------------------------
+# The sceptic's sweeps: C8's shape, C9b's and C10's training re-run
+# ------------------------------------------------------------------------------------------
+
+
+def c8_sweep_run(*, seq_len: int, d_model: int, num_heads: int) -> Outcome:
+    """C8 at one shape: the FLOPs of one head and of ``num_heads`` heads of a layer of width
+    ``d_model`` on ``seq_len`` tokens (:func:`book.pages.ch03.mha_flops`), judged by
+    :func:`c8_verdict`. No training: the knob is the shape."""
+    one, many = mha_flops(seq_len, d_model, 1), mha_flops(seq_len, d_model, num_heads)
+    numbers = {
+        "shape": f"L {seq_len}, d_model {d_model}, h {num_heads}",
+        "overhead": f"{c8_overhead(one, many):.2%}",
+        "same matmuls": many.matmul == one.matmul,
+    }
+    return Outcome(c8_verdict(one, many), numbers)
+
+
+C9B_HEADS = (1, 2, 4)  # the head counts C9b's checks compare
+
+
+def c9b_sweep_run(*, seeds: Sequence[int], steps: int) -> Outcome:
+    """C9b re-run: the page's pairs model with 1, 2 and 4 heads trained by
+    :func:`book.pages.ch03.train_pairs` for ``steps`` steps on each of ``seeds`` (d_model 32,
+    RoPE, as section 3.4), checked by :func:`c9b_specialisation_failures` and judged by
+    :func:`c9b_verdict` (BERT's half not measured: ``in_pretrained_model=False``)."""
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed, got none")
+    steps = check_positive_int("steps", steps)
+    failures, per_seed = [], []
+    for seed in seeds:
+        runs = {h: train_pairs(num_heads=h, seed=seed, steps=steps) for h in C9B_HEADS}
+        found = c9b_specialisation_failures(*(runs[h] for h in C9B_HEADS))
+        failures.append(found)
+        per_seed.append(
+            {
+                "seed": seed,
+                "holds": not found,
+                "accuracy (previous, partner)": {
+                    f"{h} head{'s' * (h > 1)}": [round(a, 3) for a in runs[h].accuracy]
+                    for h in C9B_HEADS
+                },
+                "failures": found,
+            }
+        )
+    numbers = {
+        "steps": steps,
+        "seeds": seeds,
+        "holds on": f"{sum(not f for f in failures)} of {len(seeds)} seeds",
+        "per seed": per_seed,
+    }
+    return Outcome(c9b_verdict(failures, in_pretrained_model=False), numbers)
+
+
+C10_HEADS = (1, 2, 4, 8, 16)  # section 3.5's head counts at d_model 32
+C10_D_MODEL = 32
+C10_CONTROL_HEADS = (2, 16)  # the control without RoPE: a wide and a narrow head count
+
+
+def c10_sweep_run(*, seeds: Sequence[int], steps: int, control_steps: int) -> Outcome:
+    """C10 re-run: the pairs model at d_model 32 with each head count of :data:`C10_HEADS`
+    trained for ``steps`` steps on each of ``seeds`` (RoPE), and the control without RoPE
+    (sinusoidal positions, seed 0, ``control_steps`` steps) at :data:`C10_CONTROL_HEADS`,
+    judged by :func:`c10_verdict` on the held-out accuracy (both digits) and the control's
+    (final loss over the last 50 steps, accuracy)."""
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed, got none")
+    steps = check_positive_int("steps", steps)
+    accuracy = {
+        h: [train_pairs(num_heads=h, seed=s, steps=steps).mean_accuracy for s in seeds]
+        for h in C10_HEADS
+    }
+    control = {}
+    for h in C10_CONTROL_HEADS:
+        run = train_pairs(num_heads=h, seed=0, steps=control_steps, positional="sinusoidal")
+        window = run.losses[-50:]
+        control[h] = (sum(window) / len(window), run.mean_accuracy)
+    means = {h: sum(a) / len(a) for h, a in accuracy.items()}
+    numbers = {
+        "steps": steps,
+        "seeds": seeds,
+        "best h": max(means, key=means.get),
+        "mean accuracy": ", ".join(f"h={h}: {m:.3f}" for h, m in means.items()),
+        "per seed": {f"h={h}": [round(a, 3) for a in accs] for h, accs in accuracy.items()},
+        "control without RoPE (final loss, accuracy)": {
+            f"h={h}": [round(v, 3) for v in c] for h, c in control.items()
+        },
+    }
+    return Outcome(c10_verdict(accuracy, d_model=C10_D_MODEL, control=control), numbers)
+
+
+# The changes the verdicts are re-run under.
+SCEPTIC_SWEEPS = (
+    # C8: the chapter judges BERT-base's shape (L 512, d_model 768, h 12); the knob is the shape.
+    Sweep(
+        "C8",
+        run=c8_sweep_run,
+        baseline={"seq_len": 512, "d_model": 768, "num_heads": 12},
+        perturbations=(
+            Perturbation(
+                "d 512, h 8", "the original Transformer's shape", {"d_model": 512, "num_heads": 8}
+            ),
+            Perturbation("L 64", "short sequences", {"seq_len": 64}),
+            Perturbation("L 4096", "a long context at BERT-base's width", {"seq_len": 4096}),
+            Perturbation(
+                "d 128, h 16", "a narrow model with many heads", {"d_model": 128, "num_heads": 16}
+            ),
+            Perturbation("d 64, h 16", "a narrower one still", {"d_model": 64, "num_heads": 16}),
+        ),
+    ),
+    # C9b: the chapter trains 1, 2 and 4 heads for 300 steps on seeds 0-2.
+    Sweep(
+        "C9b",
+        run=c9b_sweep_run,
+        baseline={"seeds": [0, 1, 2], "steps": 300},
+        perturbations=(
+            Perturbation("seeds 3–5", "other seeds", {"seeds": [3, 4, 5]}),
+            Perturbation("900 steps", "a 3× longer budget", {"steps": 900}),
+        ),
+    ),
+    # C10: the chapter trains h in 1..16 for 300 steps on seeds 0-2, the control for 600.
+    Sweep(
+        "C10",
+        run=c10_sweep_run,
+        baseline={"seeds": [0, 1, 2], "steps": 300, "control_steps": 600},
+        perturbations=(
+            Perturbation("seeds 3–5", "other seeds", {"seeds": [3, 4, 5]}),
+            Perturbation(
+                "900 steps",
+                "a 3× longer budget (the control's too)",
+                {"steps": 900, "control_steps": 1800},
+            ),
+        ),
+    ),
+)

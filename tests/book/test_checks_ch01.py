@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from book.checks import CheckResult, check, results
 from tests.book.check_outcomes import fails_with, passes
 
 
@@ -197,3 +198,46 @@ def test_cross_attention_with_the_package_passes():
 )
 def test_cross_attention_mistakes_are_named(wrong, fragment):
     fails_with("01.5", make_cross(**wrong), fragment)
+
+
+# ------------------------------------------------------------------------------------------
+# 01.6 predict, then run: C1 with forget-gate bias +5
+# ------------------------------------------------------------------------------------------
+
+
+def _c1_outcome(verdict: str, eased: str):
+    from book.sceptic import Outcome
+
+    return Outcome(verdict, {"eased": eased, "far/near (RNN, GRU, LSTM, eased, attention)": "…"})
+
+
+def _graded(prediction: str, run) -> CheckResult:
+    check("01.6", lambda: prediction, outcome=run)
+    return results()[-1]
+
+
+def test_forget_bias_prediction_right_passes():
+    run = _c1_outcome("partly", "LSTM, forget bias +5")
+    assert _graded("partly", run).passed
+
+
+def test_forget_bias_prediction_wrong_fails_with_the_reason():
+    result = _graded("reproduced", _c1_outcome("partly", "LSTM, forget bias +5"))
+    assert not result.passed
+    assert "the run gives 'partly'" in result.message
+    assert "'does not cure' fails" in result.message
+
+
+def test_forget_bias_prediction_on_the_unchanged_baseline_fails():
+    result = _graded("reproduced", _c1_outcome("reproduced", "LSTM, forget bias +3"))
+    assert not result.passed
+    assert "not the LSTM with forget bias +5" in result.message
+
+
+def test_forget_bias_exercise_on_a_real_run():
+    from book.claims.ch01 import c1_sweep_run
+
+    run = c1_sweep_run(seed=0, seq_len=200, forget_bias=5.0, eased="lstm")
+    assert _graded(run.verdict, run).passed
+    wrong = next(v for v in ("reproduced", "partly", "not reproduced") if v != run.verdict)
+    assert not _graded(wrong, run).passed

@@ -15,8 +15,8 @@ from tests.book.check_outcomes import fails, run_check
 EXERCISES = {ex.id: ex for ex in exercises_for_chapter("03")}
 
 
-def test_all_five_exercises_are_registered():
-    assert sorted(EXERCISES) == ["03.1", "03.2", "03.3", "03.4", "03.5"]
+def test_all_six_exercises_are_registered():
+    assert sorted(EXERCISES) == ["03.1", "03.2", "03.3", "03.4", "03.5", "03.6"]
 
 
 # --- 03.1 / 03.2 ------------------------------------------------------------------------------
@@ -79,43 +79,35 @@ def test_attention_params():
 # --- 03.4 -------------------------------------------------------------------------------------
 
 
-def cache_right(num_layers, num_heads, num_kv_heads, head_dim, seq_len, batch_size, nbytes):
-    return 2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size * nbytes
+def expand_right(kv, num_heads):
+    if num_heads % kv.shape[1]:
+        raise ValueError(f"num_heads must be a multiple of {kv.shape[1]}, got {num_heads}")
+    return kv.repeat_interleave(num_heads // kv.shape[1], dim=1)
 
 
-def test_kv_cache_bytes():
-    run_check("03.4", cache_right)
-    assert cache_right(32, 32, 32, 128, 4096, 1, 2) == 2 * 1024**3
-    fails("03.4", lambda *a: cache_right(*a) // 2, "keys AND values")
-
-    def with_query_heads(layers, h, kv, dh, n, b, nbytes):
-        return cache_right(layers, h, h, dh, n, b, nbytes)
-
-    # The first config is GQA (8 query heads over 2 key/value heads).
-    fails("03.4", with_query_heads, "use num_kv_heads, not num_heads")
-    fails("03.4", lambda *a: cache_right(*a) // a[-1], "bytes_per_element")
-    fails("03.4", lambda *a: cache_right(*a) // a[-2], "batch_size")
-    # Forgetting num_layers is named as such (the first config has 5 layers, not 2 = keys and
-    # values).
-    fails("03.4", lambda *a: cache_right(*a) // a[0], "multiply by num_layers")
+def test_expand_kv_right_passes_and_matches_the_package():
+    run_check("03.4", expand_right)
+    # The package's own copy (MultiHeadAttention.forward with an attn_fn) is repeat_interleave.
+    kv = torch.arange(2.0).view(1, 2, 1, 1)  # heads 0 and 1
+    assert expand_right(kv, 6).flatten().tolist() == [0, 0, 0, 1, 1, 1]
 
 
-@pytest.mark.parametrize(
-    ("wrong", "fragments"),
-    [
-        (lambda L, h, kv, dh, n, b, nb: cache_right(L, h, h, dh, n, b, nb) // 2,
-         ("two mistakes at once", "keys AND values", "num_kv_heads")),
-        (lambda L, h, kv, dh, n, b, nb: cache_right(L, h, kv, dh, n, b, 1) // 2,
-         ("two mistakes at once", "keys AND values", "bytes_per_element")),
-        (lambda L, h, kv, dh, n, b, nb: cache_right(L, h, kv, dh, n, 1, 1),
-         ("two mistakes at once", "bytes_per_element", "batch_size")),
-        (lambda L, h, kv, dh, n, b, nb: cache_right(L, h, h, dh, n, 1, nb),
-         ("two mistakes at once", "num_kv_heads", "batch_size")),
-    ],
-)  # fmt: skip
-def test_kv_cache_bytes_names_two_mistakes_at_once(wrong, fragments):
-    for fragment in fragments:
-        fails("03.4", wrong, re.escape(fragment))
+def test_expand_kv_mistakes_are_named():
+    fails("03.4", lambda kv, h: kv.repeat(1, h // kv.shape[1], 1, 1), "tiled")
+    fails("03.4", lambda kv, h: kv, "shape")
+    fails("03.4", lambda kv, h: expand_right(kv, h) * 2, "values differ")
+
+    def no_error(kv, h):
+        return kv.repeat_interleave(max(h // kv.shape[1], 1), dim=1)
+
+    fails("03.4", no_error, "should raise a ValueError naming num_heads")
+
+    def vague_error(kv, h):
+        if h % kv.shape[1]:
+            raise ValueError("bad")
+        return expand_right(kv, h)
+
+    fails("03.4", vague_error, "should name num_heads")
 
 
 # --- 03.5 -------------------------------------------------------------------------------------
@@ -196,3 +188,35 @@ def test_a_stub_reads_not_implemented_and_a_right_answer_a_tick(capsys):
     assert out[0].startswith("✗ Exercise 03.1") and "not implemented yet" in out[0]
     assert out[1] == "✓ Exercise 03.1 — Split the heads"
     assert [r.passed for r in results()[-2:]] == [False, True]
+
+
+# --- 03.6 predict, then run: C8 at L 4096 ------------------------------------------------------
+
+
+def _graded(prediction, run):
+    check("03.6", lambda: prediction, outcome=run)
+    return results()[-1]
+
+
+def test_c8_prediction_right_passes_on_the_real_run():
+    from book.claims.ch03 import c8_sweep_run
+
+    run = c8_sweep_run(seq_len=4096, d_model=768, num_heads=12)
+    assert run.verdict == "partly"
+    assert _graded("partly", run).passed
+
+
+def test_c8_prediction_wrong_fails_with_the_reason():
+    from book.claims.ch03 import c8_sweep_run
+
+    result = _graded("reproduced", c8_sweep_run(seq_len=4096, d_model=768, num_heads=12))
+    assert not result.passed
+    assert "the run gives 'partly'" in result.message and "grows as L²" in result.message
+
+
+def test_c8_prediction_on_the_unchanged_baseline_fails():
+    from book.claims.ch03 import c8_sweep_run
+
+    result = _graded("reproduced", c8_sweep_run(seq_len=512, d_model=768, num_heads=12))
+    assert not result.passed
+    assert "not 'L 4096, d_model 768, h 12'" in result.message

@@ -235,3 +235,42 @@ def test_the_chapter_records_no_literal_verdict():
     source = chapter.read_text("utf-8")
     assert source.count("record_claim(") >= 4
     assert not re.findall(r"verdict\s*=\s*[\"']", source)
+
+
+# ------------------------------------------------------------------------------------------
+# The sceptic's sweeps
+# ------------------------------------------------------------------------------------------
+
+
+def test_sweeps_declare_seeds_and_a_3x_budget():
+    from book.claims.ch03 import SCEPTIC_SWEEPS
+
+    sweeps = {s.claim_id: s for s in SCEPTIC_SWEEPS}
+    assert set(sweeps) == {"C8", "C9b", "C10"}
+    for claim in ("C9b", "C10"):
+        kwargs = [dict(p.kwargs) for p in sweeps[claim].perturbations]
+        assert any(k.get("seeds") == [3, 4, 5] for k in kwargs)
+        assert any(k.get("steps", 0) >= 3 * sweeps[claim].baseline["steps"] for k in kwargs)
+
+
+def test_c8_sweep_run_gives_each_verdict_by_shape():
+    from book.claims.ch03 import c8_sweep_run
+
+    assert c8_sweep_run(seq_len=512, d_model=768, num_heads=12).verdict == "reproduced"
+    narrow = c8_sweep_run(seq_len=512, d_model=64, num_heads=16)
+    assert narrow.verdict == "partly" and narrow.numbers["same matmuls"] is True
+
+
+def test_c9b_and_c10_sweep_runs_run_and_judge_at_a_tiny_budget():
+    from book.claims import VERDICTS
+    from book.claims.ch03 import c9b_sweep_run, c10_sweep_run
+
+    c9b = c9b_sweep_run(seeds=[0], steps=2)
+    assert c9b.verdict in VERDICTS and c9b.numbers["holds on"] in ("0 of 1 seeds", "1 of 1 seeds")
+    # Two steps learn nothing: no seed holds, so C9b is not reproduced.
+    assert c9b.verdict == "not reproduced"
+    c10 = c10_sweep_run(seeds=[0], steps=2, control_steps=2)
+    assert c10.verdict in VERDICTS and c10.numbers["steps"] == 2
+    assert set(c10.numbers["per seed"]) == {"h=1", "h=2", "h=4", "h=8", "h=16"}
+    with pytest.raises(ValueError, match="seeds"):
+        c10_sweep_run(seeds=[], steps=2, control_steps=2)

@@ -298,3 +298,38 @@ def _check_jacobian(candidate) -> None:
         if matches(got, wrong, atol=1e-10, rtol=1e-8):
             raise CheckFailed(f"softmax_jacobian(p) is wrong: {hint}")
     expect_close("softmax_jacobian(p)", got, expected, atol=1e-10, rtol=1e-8)
+
+
+# ------------------------------------------------------------------------------------------
+# 02.6 predict, then run: C7 with torch's default initialisation of W_Q, W_K
+# ------------------------------------------------------------------------------------------
+
+
+@register("02.6", title="Predict, then run: C7 with torch's default initialisation")
+def _check_c7_prediction(predict, *, outcome) -> None:
+    from book.sceptic import Outcome
+
+    from .helpers import check_prediction
+
+    if isinstance(outcome, Outcome) and outcome.numbers.get("qk_init") != "torch":
+        raise CheckFailed(
+            f"the run used qk_init={outcome.numbers.get('qk_init')!r}, the chapter's setting: "
+            'the exercise changes it to torch\'s default, c7_prediction_run(..., qk_init="torch")'
+        )
+    check_prediction(
+        predict,
+        outcome,
+        setting="torch's default nn.Linear initialisation of W_Q and W_K",
+        why={
+            "not reproduced": "torch's default draws W_Q and W_K with std 1/√(3·d_model), so the "
+            "unscaled scores start √3 times narrower and the softmax less saturated: the loss "
+            "leaves its plateau (falls below 90 % of its start) by step 100, and a plateau that "
+            "ends by step 100 is no plateau by C7's thresholds. The unscaled model is still the "
+            "slower one, but slower is not what the claim says.",
+            "partly": "the unscaled loss stayed above 90 % of its start past step 100 while the "
+            "scaled one fell below 65 %: a plateau, but the run is too short (or the plateau "
+            "too brief) for one of 'a few hundred' steps.",
+            "reproduced": "the unscaled loss stayed on its plateau for 200 steps or more while "
+            "the scaled one fell.",
+        },
+    )

@@ -260,3 +260,40 @@ def _check_rope(candidate) -> None:
             rtol=1e-4,
             hint="pair (i, i + Dh/2) of the token at position m turns by m·base^(-2i/Dh)",
         )
+
+
+# ------------------------------------------------------------------------------------------
+# 04.6 predict, then run: C14 with a deeper and wider model
+# ------------------------------------------------------------------------------------------
+
+_BIGGER = "2 layer(s), d_model 64"
+
+
+@register("04.6", title="Predict, then run: C14 with a bigger model")
+def _check_c14_prediction(predict, *, outcome) -> None:
+    from book.sceptic import Outcome
+
+    from .helpers import check_prediction
+
+    if isinstance(outcome, Outcome) and not str(outcome.numbers.get("model", "")).startswith(
+        _BIGGER
+    ):
+        raise CheckFailed(
+            f"the run trained {outcome.numbers.get('model')!r}: the exercise changes the model "
+            "to 2 layers with d_model 64, c14_sweep_run(..., num_layers=2, d_model=64)"
+        )
+    check_prediction(
+        predict,
+        outcome,
+        setting="2 layers and d_model 64 instead of 1 layer and d_model 32",
+        why={
+            "reproduced": "the bigger model learns the task in range (0.9 or more at 32 "
+            "tokens), yet its mean accuracy still falls by more than 0.3 at 64 tokens and "
+            "beyond: past 32 tokens the sinusoidal model meets absolute positions it never "
+            "saw, and a bigger model has learned them no better.",
+            "partly": "the mean accuracy fell by 0.3 at some lengths of 64 tokens and more but "
+            "not at all of them: the drop softened with size.",
+            "not reproduced": "the model either did not learn the task at 32 tokens (below "
+            "0.9) or kept its accuracy past the training length.",
+        },
+    )

@@ -586,6 +586,19 @@ def c7_sweep_run(*, seeds: list[int], steps: int, d_k: int, qk_init: str) -> Out
     )
 
 
+def c7_prediction_run(*, seed: int, steps: int, qk_init: str, d_k: int = 512) -> Outcome:
+    """One seed of C7's sweep (:func:`c7_sweep_run`, the same verdict) for an experiment
+    exercise; its numbers also name the setting that ran (``qk_init``, ``d_k``, ``steps``).
+    ``steps`` must exceed C7_STEP; under C7_FEW_HUNDRED steps the run cannot show a plateau
+    of "a few hundred" steps, so its verdict is "partly" at best."""
+    outcome = c7_sweep_run(seeds=[seed], steps=steps, d_k=d_k, qk_init=qk_init)
+    numbers = {k: v for k, v in outcome.numbers.items() if k != "per seed"}
+    return Outcome(
+        outcome.verdict,
+        {"qk_init": qk_init, "d_k": d_k, "steps": steps, "seed": seed, **numbers},
+    )
+
+
 # The changes C7's verdict is re-run under: the chapter shows seeds 0-2, 400 steps, d_k = 512
 # and W_Q, W_K drawn with std 1/sqrt(d_model).
 SCEPTIC_SWEEPS = (

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+import torch
+
+from attention.positional import apply_rope
+from book.pages.ch04 import build_lookback_model, lookback_accuracy, train_lookback
+from book.sceptic import Outcome, Perturbation, Sweep
+
 __all__ = [
     "BETTER",
     "C11_BROKEN",
@@ -23,10 +29,13 @@ __all__ = [
     "LEARNED",
     "assert_c14_quality_drops_past_training_length",
     "assert_c15_rope_extrapolates_better",
+    "SCEPTIC_SWEEPS",
     "c11_verdict",
     "c12_verdict",
     "c13_verdict",
     "c14_verdict",
+    "c14_sweep_run",
+    "c15_sweep_run",
     "c15_verdict",
     "learned_pe_verdict",
     "lookback_accuracy_over_seeds",
@@ -240,3 +249,130 @@ def lookback_accuracy_over_seeds(
                 f"seed {seed} has {len(accs)} accuracies, expected one per length ({len(lengths)})"
             )
     return {n: [by_seed[s][i] for s in seeds] for i, n in enumerate(lengths)}
+
+
+# ------------------------------------------------------------------------------------------
+# C14 and C15 under a sceptic's changes (book.sceptic; make sceptic CH=04 CLAIM=C15)
+# ------------------------------------------------------------------------------------------
+
+# The chapter's setting (section 4.6): trained on 8-32 tokens, 3 back, judged at these lengths.
+SWEEP_TRAIN_MIN, SWEEP_TRAIN_MAX, SWEEP_OFFSET = 8, 32, 3
+SWEEP_LENGTHS = (32, 48, 64, 96, 128)
+
+
+_LOOKBACK_RUNS: dict[tuple, tuple[int, tuple[float, ...]]] = {}
+
+
+def _lookback_run(
+    positional: str, seed: int, steps: int, num_layers: int, d_model: int
+) -> tuple[int, tuple[float, ...]]:
+    """Build and train one look-back model as section 4.6 does (the page's
+    ``build_lookback_model``, ``train_lookback``) and test it at :data:`SWEEP_LENGTHS`:
+    (positional parameters, accuracies). Cached: C14's and C15's sweeps share the
+    sinusoidal runs."""
+    key = (positional, seed, steps, num_layers, d_model)
+    if key in _LOOKBACK_RUNS:
+        return _LOOKBACK_RUNS[key]
+    torch.set_num_threads(1)  # as the chapter: tiny models run fastest on one thread
+    model = build_lookback_model(positional, 128, seed=seed, num_layers=num_layers, d_model=d_model)
+    train_lookback(
+        model,
+        steps=steps,
+        min_len=SWEEP_TRAIN_MIN,
+        max_len=SWEEP_TRAIN_MAX,
+        offset=SWEEP_OFFSET,
+        seed=seed,
+    )
+    params = 0 if model.pos is None else sum(p.numel() for p in model.pos.parameters())
+    accuracies = [lookback_accuracy(model, n, offset=SWEEP_OFFSET) for n in SWEEP_LENGTHS]
+    _LOOKBACK_RUNS[key] = params, tuple(float(a) for a in accuracies)
+    return _LOOKBACK_RUNS[key]
+
+
+def _lookback_over_seeds(positional: str, seeds, **setting) -> tuple[int, dict[int, list[float]]]:
+    runs = [_lookback_run(positional, seed, **setting) for seed in seeds]
+    accuracy = {n: [accs[i] for _, accs in runs] for i, n in enumerate(SWEEP_LENGTHS)}
+    return max(params for params, _ in runs), accuracy
+
+
+def _means(accuracy: Mapping[int, Sequence[float]], lengths: Sequence[int]) -> str:
+    """Mean accuracy over the seeds at each length, "1.00 / 0.11 / …"."""
+    return " / ".join(f"{_mean(accuracy[n]):.2f}" for n in lengths)
+
+
+def c14_sweep_run(*, seeds: list[int], steps: int, num_layers: int, d_model: int) -> Outcome:
+    """C14 (:func:`c14_verdict`) on the sinusoidal look-back model of section 4.6, trained on
+    each of ``seeds``; the numbers: mean accuracy over the seeds by test length, and the worst
+    seed in range."""
+    params, accuracy = _lookback_over_seeds(
+        "sinusoidal", seeds, steps=steps, num_layers=num_layers, d_model=d_model
+    )
+    return Outcome(
+        c14_verdict(accuracy, train_max=SWEEP_TRAIN_MAX, params=params),
+        {
+            "model": f"{num_layers} layer(s), d_model {d_model}, {steps} steps, seeds {seeds}",
+            "mean accuracy at 32/48/64/96/128 tokens": _means(accuracy, SWEEP_LENGTHS),
+            "worst seed at 32": round(min(accuracy[SWEEP_TRAIN_MAX]), 3),
+            "positional parameters": params,
+        },
+    )
+
+
+def _rope_diagonal_spread() -> float:
+    """Section 4.5's test: one q and one k (seed 7) at every pair of 64 positions; the largest
+    spread of the score along a diagonal m - n = const (float64)."""
+    gen = torch.Generator().manual_seed(7)
+    q_vec, k_vec = torch.randn(2, 16, generator=gen, dtype=torch.float64)  # (Dh,) each
+    q_at = apply_rope(q_vec.expand(1, 1, 64, 16))[0, 0]  # (64, Dh)
+    k_at = apply_rope(k_vec.expand(1, 1, 64, 16))[0, 0]  # (64, Dh)
+    scores = q_at @ k_at.T  # (64, 64)
+    return max(
+        float(scores.diagonal(offset=d).max() - scores.diagonal(offset=d).min())
+        for d in range(-63, 64)
+    )
+
+
+def c15_sweep_run(*, seeds: list[int], steps: int, num_layers: int, d_model: int) -> Outcome:
+    """C15 (:func:`c15_verdict`): RoPE against the sinusoidal model of section 4.6, both
+    trained on each of ``seeds``; "better" judged at 48 and 64 tokens, "extrapolates" at 128."""
+    setting = {"steps": steps, "num_layers": num_layers, "d_model": d_model}
+    rope_params, rope = _lookback_over_seeds("rope", seeds, **setting)
+    _, sinusoidal = _lookback_over_seeds("sinusoidal", seeds, **setting)
+    near, far = [48, 64], 4 * SWEEP_TRAIN_MAX
+    return Outcome(
+        c15_verdict(
+            diagonal_spread=_rope_diagonal_spread(),
+            params=rope_params,
+            rope=rope,
+            other=sinusoidal,
+            near=near,
+            far=far,
+            train_max=SWEEP_TRAIN_MAX,
+        ),
+        {
+            "model": f"{num_layers} layer(s), d_model {d_model}, {steps} steps, seeds {seeds}",
+            "RoPE mean accuracy at 32/48/64/128 tokens": _means(
+                rope, [SWEEP_TRAIN_MAX, *near, far]
+            ),
+            "sinusoidal": _means(sinusoidal, [SWEEP_TRAIN_MAX, *near, far]),
+            "RoPE worst seed at 128": round(min(rope[far]), 3),
+        },
+    )
+
+
+# The changes C14's and C15's verdicts are re-run under: the chapter shows seeds 0-2, 400
+# steps, one layer, d_model 32. The issue's sceptic: model size (2 layers and d = 64 keep
+# RoPE's accuracy far further out), then seeds and a 3x budget.
+_LOOKBACK_BASELINE = {"seeds": [0, 1, 2], "steps": 400, "num_layers": 1, "d_model": 32}
+_LOOKBACK_PERTURBATIONS = (
+    Perturbation("seeds 3–5", "three other seeds", {"seeds": [3, 4, 5]}),
+    Perturbation("1200 steps", "a 3× longer training budget", {"steps": 1200}),
+    Perturbation("d_model 64", "a wider model (one layer)", {"d_model": 64}),
+    Perturbation(
+        "2 layers, d_model 64", "a deeper and wider model", {"num_layers": 2, "d_model": 64}
+    ),
+)
+SCEPTIC_SWEEPS = (
+    Sweep("C14", c14_sweep_run, _LOOKBACK_BASELINE, _LOOKBACK_PERTURBATIONS),
+    Sweep("C15", c15_sweep_run, _LOOKBACK_BASELINE, _LOOKBACK_PERTURBATIONS),
+)

@@ -2,7 +2,8 @@
 
 # %% auto #0
 __all__ = ['sinusoidal_wavelengths', 'zero_crossings', 'sinusoidal_shift_matrix', 'fit_shift_matrix', 'lookback_batch',
-           'build_lookback_model', 'lookback_loss', 'train_lookback', 'lookback_accuracy', 'last_query_attention']
+           'build_lookback_model', 'ALiBiClassifier', 'build_alibi_lookback_model', 'lookback_loss', 'train_lookback',
+           'lookback_accuracy', 'last_query_attention']
 
 # %% ../../chapters/04_positional_encoding.py #58e56816a0c9
 import math
@@ -162,6 +163,52 @@ def build_lookback_model(
     if positional == "learned":  # at the token table's measured scale (std ≈ 1)
         with torch.no_grad():
             model.pos.weight.normal_(0.0, model.embed.weight.std().item())
+    return model
+
+# %% ../../chapters/04_positional_encoding.py #1e13259bfd58
+from attention.masks import padding_mask_from_keep, to_additive
+from attention.positional import alibi_bias
+
+
+class ALiBiClassifier(SequenceClassifier):
+    """A ``SequenceClassifier(positional="none", pooling="last")`` whose every layer adds
+    ALiBi's bias ``-slope_h * |i - j|`` to its scores; ``forward(tokens (B, L), *,
+    lengths=None, keep=None)`` as the parent's (``keep``: True = real token)."""
+
+    def forward(self, tokens: torch.Tensor, *, lengths=None, keep=None, causal=False):
+        keep = self._keep_mask(tokens, lengths, keep)  # (B, L): True = real token
+        heads = self.encoder.layers[0].self_attn.num_heads
+        bias = alibi_bias(heads, tokens.shape[1], device=tokens.device)  # (H, L, L)
+        mask = to_additive(padding_mask_from_keep(keep)) + bias  # (B, H, L, L): -inf = padding
+        x = self.encoder(self.embed(tokens), mask=mask, causal=causal)  # (B, L, D)
+        last = torch.where(keep, torch.arange(keep.shape[1]), -1).amax(dim=1)  # (B,)
+        return self.head(x[torch.arange(x.shape[0]), last])  # (B, vocab)
+
+
+def build_alibi_lookback_model(
+    max_len: int,
+    *,
+    vocab_size: int = 16,
+    d_model: int = 32,
+    num_heads: int = 2,
+    num_layers: int = 1,
+    seed: int = 0,
+) -> ALiBiClassifier:
+    """:func:`build_lookback_model`'s model with ALiBi in place of position vectors."""
+    torch.manual_seed(_check_int("seed", seed))
+    model = ALiBiClassifier(
+        vocab_size,
+        vocab_size,
+        d_model=d_model,
+        num_heads=num_heads,
+        num_layers=num_layers,
+        d_ff=2 * d_model,
+        max_len=max_len,
+        positional="none",
+        pooling="last",
+        pre_ln=True,
+    )
+    model.positional = "alibi"  # what train_lookback's progress bar shows
     return model
 
 # %% ../../chapters/04_positional_encoding.py #20d4bf8a5795

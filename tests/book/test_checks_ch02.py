@@ -8,6 +8,8 @@ import math
 import pytest
 import torch
 
+from book.checks import CheckFailed, exercises_for_chapter
+from book.sceptic import Outcome
 from tests.book.check_outcomes import fails_with, outcome, passes
 
 # ------------------------------------------------------------------------------------------
@@ -219,3 +221,41 @@ def test_jacobian_for_one_row_only_fails_on_shape():
         return torch.diag(flat) - torch.outer(flat, flat)
 
     fails_with("02.5", one_row, "one n × n Jacobian per row")
+
+
+# ------------------------------------------------------------------------------------------
+# 02.6 predict, then run: C7 with torch's default initialisation
+# ------------------------------------------------------------------------------------------
+
+
+def _check(predicted: str, outcome: Outcome) -> None:
+    (exercise,) = [ex for ex in exercises_for_chapter("02") if ex.id == "02.6"]
+    exercise.check(lambda: predicted, outcome=outcome)
+
+
+def _outcome(verdict: str, qk_init: str = "torch") -> Outcome:
+    return Outcome(verdict, {"qk_init": qk_init, "d_k": 512, "steps": 120, "seed": 0})
+
+
+def test_the_right_prediction_passes():
+    _check("not reproduced", _outcome("not reproduced"))
+
+
+@pytest.mark.parametrize("wrong", ["partly", "reproduced"])
+def test_a_wrong_prediction_fails_with_the_explanation(wrong):
+    with pytest.raises(CheckFailed, match=r"you predicted .*narrower"):
+        _check(wrong, _outcome("not reproduced"))
+
+
+def test_a_run_of_the_chapters_initialisation_fails():
+    with pytest.raises(CheckFailed, match="the chapter's setting"):
+        _check("partly", _outcome("partly", qk_init="normal"))
+
+
+def test_the_real_run_gives_a_verdict_the_check_explains():
+    from book.claims.ch02 import c7_prediction_run
+
+    outcome = c7_prediction_run(seed=0, steps=120, qk_init="torch")
+    assert outcome.numbers["qk_init"] == "torch"
+    _check(outcome.verdict, outcome)
+    assert outcome.verdict == "not reproduced"  # what the solution predicts

@@ -222,3 +222,41 @@ def test_not_implemented_reads_as_such():
 
     for exercise_id in ("04.1", "04.2", "04.3", "04.4", "04.5"):
         fails_with(exercise_id, stub, "not implemented yet")
+
+
+# ------------------------------------------------------------------------------------------
+# 04.6 predict, then run: C14 with a bigger model
+# ------------------------------------------------------------------------------------------
+
+
+def _check_prediction(predicted: str, outcome) -> None:
+    from book.checks import exercises_for_chapter
+
+    (exercise,) = [ex for ex in exercises_for_chapter("04") if ex.id == "04.6"]
+    exercise.check(lambda: predicted, outcome=outcome)
+
+
+def _c14_outcome(verdict: str, model: str = "2 layer(s), d_model 64, 400 steps, seeds [0]"):
+    from book.sceptic import Outcome
+
+    return Outcome(verdict, {"model": model, "mean accuracy at 32/48/64/96/128 tokens": "…"})
+
+
+def test_prediction_right_passes():
+    _check_prediction("reproduced", _c14_outcome("reproduced"))
+
+
+@pytest.mark.parametrize("wrong", ["partly", "not reproduced"])
+def test_prediction_wrong_fails_with_the_explanation(wrong):
+    from book.checks import CheckFailed
+
+    with pytest.raises(CheckFailed, match=r"you predicted .*absolute positions"):
+        _check_prediction(wrong, _c14_outcome("reproduced"))
+
+
+def test_prediction_on_the_chapters_small_model_fails():
+    from book.checks import CheckFailed
+
+    small = _c14_outcome("reproduced", model="1 layer(s), d_model 32, 400 steps, seeds [0]")
+    with pytest.raises(CheckFailed, match="changes the model"):
+        _check_prediction("reproduced", small)

@@ -160,3 +160,21 @@ def test_lookback_accuracy_over_seeds_runs_in_order_and_reuses_done_seeds():
     assert calls == [1, 2]
     with pytest.raises(ValueError, match="one per length"):
         lookback_accuracy_over_seeds(lambda seed: [0.5], [16, 32], seeds=(3,))
+
+
+def test_sweep_runners_run_and_judge_a_tiny_budget():
+    from book.claims.ch04 import SCEPTIC_SWEEPS, c14_sweep_run, c15_sweep_run
+
+    setting = {"seeds": [0], "steps": 2, "num_layers": 1, "d_model": 32}
+    c14, c15 = c14_sweep_run(**setting), c15_sweep_run(**setting)
+    # Two steps learn nothing: C14 has no trained model to extrapolate from.
+    assert c14.verdict == "not reproduced"
+    assert c15.verdict in VERDICTS
+    assert "d_model 32" in c14.numbers["model"] and "2 steps" in c15.numbers["model"]
+    by_claim = {s.claim_id: s for s in SCEPTIC_SWEEPS}
+    assert set(by_claim) == {"C14", "C15"}
+    for sweep in by_claim.values():  # seeds, a 3x budget and the model size
+        assert sweep.baseline == {"seeds": [0, 1, 2], "steps": 400, "num_layers": 1, "d_model": 32}
+        changes = [dict(p.kwargs) for p in sweep.perturbations]
+        assert {"seeds": [3, 4, 5]} in changes and {"steps": 1200} in changes
+        assert {"num_layers": 2, "d_model": 64} in changes

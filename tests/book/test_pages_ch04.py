@@ -339,3 +339,42 @@ def test_lookback_loss_is_the_cross_entropy_of_each_sequence_run_alone():
             for b in range(6)
         ]  # one unpadded sequence at a time: no mask needed
     torch.testing.assert_close(got, torch.stack(per_sequence).mean(), atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------
+# ALiBiClassifier: ALiBi's bias in every layer, no position vectors
+# ------------------------------------------------------------------------------------------
+
+
+def test_alibi_classifier_adds_the_bias_to_every_layers_scores():
+    """Against an independent reference: the encoder run on the embeddings with the bias
+    -slope_h * |i - j| written out by hand, plus -inf on padded keys, read at the last token."""
+    from book.pages.ch04 import build_alibi_lookback_model
+
+    model = build_alibi_lookback_model(16, num_layers=2, seed=3).eval()
+    tokens = torch.randint(0, 16, (3, 7), generator=_gen(1))  # (B, L)
+    lengths = torch.tensor([7, 5, 4])  # (B,)
+    slopes = torch.tensor([2.0**-4, 2.0**-8])  # (H,): ALiBi's slopes for two heads
+    i = torch.arange(7)
+    bias = -slopes[:, None, None] * (i[:, None] - i[None, :]).abs()  # (H, L, L)
+    padded = i[None, :] >= lengths[:, None]  # (B, L): True = padding
+    mask = bias[None] + torch.where(padded, float("-inf"), 0.0)[:, None, None, :]  # (B, H, L, L)
+    with torch.no_grad():
+        x = model.encoder(model.embed(tokens), mask=mask)  # (B, L, D)
+        expected = model.head(x[torch.arange(3), lengths - 1])  # (B, vocab)
+        got = model(tokens, lengths=lengths)  # (B, vocab)
+    torch.testing.assert_close(got, expected)
+    assert model.positional == "alibi" and model.pos is None
+
+
+def test_alibi_classifier_sees_distances_only():
+    """Masking the first tokens out (keep) gives the same answer as removing them: ALiBi's bias
+    depends on |i - j| alone, so a window at far positions is the same as a short sequence."""
+    from book.pages.ch04 import build_alibi_lookback_model
+
+    model = build_alibi_lookback_model(32, seed=0).eval()
+    tokens = torch.randint(0, 16, (4, 20), generator=_gen(2))  # (B, L)
+    keep = torch.ones(4, 20, dtype=torch.bool)  # (B, L)
+    keep[:, :12] = False
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens, keep=keep), model(tokens[:, 12:]))

@@ -47,7 +47,7 @@ import math
 import matplotlib.pyplot as plt
 from torch import nn
 
-from attention.blocks import Encoder, SequenceClassifier
+from attention.blocks import Encoder
 from attention.dispatch import torch_sdpa
 from attention.efficient.adapters import (
     BigBirdAttnFn,
@@ -423,6 +423,7 @@ print(sweep_summary("C16"))
 
 # %%
 #| export
+from attention.blocks import SequenceClassifier
 
 TRAIN_LEN, STEPS, BATCH, LR = 128, 200, 32, 3e-3
 
@@ -538,9 +539,6 @@ for seed in SEEDS:
 
 # %%
 #| export
-from attention.blocks import SequenceClassifier
-
-
 def attention_maps(
     model: SequenceClassifier, tokens: torch.Tensor, *, layer: int = 0
 ) -> torch.Tensor:

@@ -86,7 +86,9 @@ def token_name(i: int) -> str:
         return f"C{i - N_TOPICS}"
     return f"f{i - 2 * N_TOPICS}"
 
-# %% ../../chapters/05_long_range.py #bd3154eb42d1
+# %% ../../chapters/05_long_range.py #3049a0d89e93
+from attention.blocks import SequenceClassifier
+
 TRAIN_LEN, STEPS, BATCH, LR = 128, 200, 32, 3e-3
 
 
@@ -133,10 +135,7 @@ def accuracy(m: torch.nn.Module, docs, chunk: int = 64) -> float:
             correct += int((logits.argmax(-1) == docs.labels[start : start + chunk]).sum())
     return correct / len(docs.labels)
 
-# %% ../../chapters/05_long_range.py #cb1ccd71721b
-from attention.blocks import SequenceClassifier
-
-
+# %% ../../chapters/05_long_range.py #3d8ae79471db
 def attention_maps(
     model: SequenceClassifier, tokens: torch.Tensor, *, layer: int = 0
 ) -> torch.Tensor:

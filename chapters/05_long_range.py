@@ -502,6 +502,7 @@ legend = ax.legend(fontsize=8, loc="lower left")
 # switch its layer to the reference attention, which returns the weights (the same
 # computation, so the predictions must not change; the cell checks it).
 
+
 # %%
 #| export
 def accuracy(m: torch.nn.Module, docs, chunk: int = 64) -> float:
@@ -536,6 +537,7 @@ for seed in SEEDS:
 # The weights are read with a forward hook: `attention_maps` catches the input of a layer's
 # attention module during an ordinary forward pass and runs that module once more on it,
 # asking for its weights.
+
 
 # %%
 #| export
@@ -1245,8 +1247,9 @@ record_claim(
     "reach covers the span",
     experiment="window ±12 at 1 and 3 layers on 32-token documents, topic in the first 8 "
     "(3 layers: seeds 0–2), 200 steps",
-    verdict=c19_reach_verdict({n: acc_depth[n] for n in window_names},
-                              {n: predicted_short[n] for n in window_names}),  # fmt: skip
+    verdict=c19_reach_verdict(
+        {n: acc_depth[n] for n in window_names}, {n: predicted_short[n] for n in window_names}
+    ),  # fmt: skip
     measured="; ".join(
         f"{n}: predicted {predicted_short[n]:.2f}, accuracy {spread(acc_depth[n]).format('.2f')}"
         for n in window_names
@@ -1270,8 +1273,9 @@ record_claim(
     "reach by relaying",
     experiment="window ±4 + global token 16 (not the read-out) at 1 and 2 layers, 32-token "
     "documents (2 layers: seeds 0–2), 200 steps",
-    verdict=c19_global_verdict({n: acc_depth[n] for n in global_names},
-                               {n: predicted_short[n] for n in global_names}),  # fmt: skip
+    verdict=c19_global_verdict(
+        {n: acc_depth[n] for n in global_names}, {n: predicted_short[n] for n in global_names}
+    ),  # fmt: skip
     measured="; ".join(
         f"{n}: predicted {predicted_short[n]:.2f}, accuracy {spread(acc_depth[n]).format('.2f')}"
         for n in global_names

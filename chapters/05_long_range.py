@@ -391,17 +391,17 @@ print(sweep_summary("C16"))
 # %% [markdown]
 # **Verdict on C16: reproduced at torch's default initialisation, partly with a forget-gate
 # bias of +1 or +3.** The path through attention is one layer for every pair, whatever the
-# distance, and the gradient is flat in the distance, where an RNN's and (at torch's default)
-# an LSTM's fall by dozens of orders of magnitude over 256 tokens. The sweep shows the
-# contrast's condition: other initial weights keep it, but the usual forget-gate bias +1
-# leaves the LSTM's far/near ratio at 1.9e-19 and +3 at 4.9e-04, above the 1e-20 the
-# verdict asks for: "dozens of orders of magnitude" describes torch's default, not LSTMs as
-# they are usually initialised. The refinement: "does
-# not vanish with distance" is not "does not shrink". At initialisation each token's share of
-# the gradient falls like $1/L$, because attention starts out spread evenly over all $L$
-# tokens. A needle in a 1,000-token document gets about a thousandth of the signal — a
-# dilution that a model can undo by learning to *concentrate* its weights, which an RNN cannot
-# do about its exponential. Whether a trained model does concentrate is the next question.
+# distance, and the gradient is flat in the distance, where an RNN's and (at torch's
+# default) an LSTM's fall by dozens of orders of magnitude over 256 tokens. The sweep shows
+# the contrast's condition: other initial weights keep it, but the usual forget-gate bias +1
+# leaves the LSTM's far/near ratio at 1.9e-19 and +3 at 4.9e-04, above the verdict's
+# threshold (`C16_LSTM_VANISHED`): "dozens of orders of magnitude" describes torch's
+# default, not LSTMs as they are usually initialised. The refinement: "does not vanish with
+# distance" is not "does not shrink". At initialisation each token's share of the gradient
+# falls like $1/L$, because attention starts out spread evenly over all $L$ tokens. A needle
+# in a 1,000-token document gets about a thousandth of the signal — a dilution that a model
+# can undo by learning to *concentrate* its weights, which an RNN cannot do about its
+# exponential. Whether a trained model does concentrate is the next question.
 
 # %% [markdown]
 # ## 5.3 What a trained model looks at (C17)
@@ -1510,27 +1510,27 @@ print(sweep_summary("C19 linear"))
 # - **Global tokens cut the cost (the article's part) — reproduced**: the window + global
 #   pattern's memory and FLOPs grow like $n$ (the cost table).
 # - **A global token relays the topic (the book's extension) — not reproduced at 200 and 600
-#   steps, partly at 2000.** A global token that is not the read-out is useless in one layer,
-#   as its mask predicts; in two layers it could relay the topic to the conclusion, but the
-#   models stayed at chance on seeds 0–5 at 200 steps and on seeds 0–2 at 600. At 2000 steps
-#   one seed of three learned the relay (1.00/0.46/0.51); with a Longformer-faithful
-#   dedicated id on the global position, two seeds moved off chance within 1000 steps
-#   (0.52/0.75/1.00). The relay is learnable, slowly and not on every seed. (Making the read-out itself global, as Longformer
-#   does for its classification token, would be full attention in one layer: a test that
-#   could not fail.)
+#   steps, partly at 2000.** A global token that is not the read-out is useless in one
+#   layer, as its mask predicts; in two layers it could relay the topic to the conclusion,
+#   but the models stayed at chance on seeds 0–5 at 200 steps and on seeds 0–2 at 600. At
+#   2000 steps one seed of three learned the relay (1.00/0.46/0.51); with a
+#   Longformer-faithful dedicated id on the global position, two seeds moved off chance
+#   within 1000 steps (0.52/0.75/1.00). The relay is learnable, slowly and not on every
+#   seed. (Making the read-out itself global, as Longformer does for its classification
+#   token, would be full attention in one layer: a test that could not fail.)
 # - **BigBird — reproduced** (three seeds). The block pattern reaches part of the topic span
 #   (the global first block; at 128 tokens the random block fell outside it), and the mean
 #   accuracy lands where that reach predicts, at 128 tokens and at 512, with the seeds close
 #   together.
 # - **Linear attention — partly reproduced at 200 steps (seeds 0–2 and 3–5), not reproduced
-#   at 600.** It *can* learn the task: it sees every key, and its best seed classifies as well
-#   as full attention. But it learns more slowly — every seed needed more steps than every
-#   full-attention seed, and two of the three did not get there within 200 steps (the seed
-#   table) — so at that budget its mean accuracy is lower (0.85, min 0.76, max 1.00, against
-#   1.00 on every full-attention seed). Given 600 steps every linear seed reaches 1.00 (the
-#   sweep): the loss is one of optimisation speed, not of accuracy. The structural price of linearity
-#   (weights of rank at most $d$) costs nothing on a task with one sharp lookup; it shows on
-#   tasks that need many different sharp lookups at once.
+#   at 600.** It *can* learn the task: it sees every key, and its best seed classifies as
+#   well as full attention. But it learns more slowly — every seed needed more steps than
+#   every full-attention seed, and two of the three did not get there within 200 steps (the
+#   seed table) — so at that budget its mean accuracy is lower (0.85, min 0.76, max 1.00,
+#   against 1.00 on every full-attention seed). Given 600 steps every linear seed reaches
+#   1.00 (the sweep): the loss is one of optimisation speed, not of accuracy. The structural
+#   price of linearity (weights of rank at most $d$) costs nothing on a task with one sharp
+#   lookup; it shows on tasks that need many different sharp lookups at once.
 
 # %% [markdown]
 # ## Claims checked
@@ -1554,8 +1554,9 @@ claims_table()
 # - Cheaper patterns keep the reach their mask allows, composed over the layers: a window
 #   alone loses a distant topic (the article's claim); depth or a global token can bring it
 #   back only if the model learns the relay, which depended on the seed, the window and the
-#   budget (the book's extension); BigBird keeps what its blocks cover. Reach is necessary, not sufficient. Draw the mask row of the
-#   token that decides, after all layers, before training anything.
+#   budget (the book's extension); BigBird keeps what its blocks cover. Reach is necessary,
+#   not sufficient. Draw the mask row of the token that decides, after all layers, before
+#   training anything.
 #
 # ## Exercises
 #

@@ -18,10 +18,11 @@ import torch.nn.functional as F
 from attention.efficient.linear import linear_attention
 from attention.efficient.sliding_window import sliding_window_attention
 from attention.functional import scaled_dot_product_attention
-from measure.flops import band_pairs
+from measure.flops import band_pairs, matmul_flop_counter
+from measure.memory import peak_extra_bytes
 
 from . import CheckFailed, expect_close, expect_shape, rand_qkv, register
-from .helpers import check_formula, expect_int, expect_tensor, matches
+from .helpers import check_formula, check_prediction, expect_int, expect_tensor, matches
 
 # --- 05.1 bytes of the score table -----------------------------------------------------------
 
@@ -220,8 +221,10 @@ def _linear(candidate):
                 f"φ(q)·φ(k), with no scale"
             )
         expect_close(call, got, expected, hint="out_i = φ(q_i) S / (φ(q_i)·z), S = φ(K)ᵀ V")
-    # Linear in n: the check runs a long sequence, which an n × n route would make slow, not
-    # wrong; the answer must still match there.
+    # Linear in n: the answer must still match on a long sequence, and its cost must grow like
+    # n. (φ(Q)φ(K)ᵀ)V gives the same values through the Lq × Lk table the exercise forbids,
+    # so the check measures the cost: peak bytes and matmul FLOPs per doubling of n (2× for
+    # φ(Q)(φ(K)ᵀV), 4× for the table; the line between them is 3×).
     q, k, v = rand_qkv(1, 1, 2048, dim=8, seed=5)
     expect_close(
         "linear_attention_noncausal at n = 2048",
@@ -229,6 +232,30 @@ def _linear(candidate):
         linear_attention(q, k, v, causal=False),
         atol=1e-4,
     )
+    (peak_1k, flops_1k), (peak_2k, flops_2k) = (_linear_cost(candidate, n) for n in (1024, 2048))
+    grows = {"peak memory": peak_2k / peak_1k, "matmul FLOPs": flops_2k / flops_1k}
+    too_fast = {what: r for what, r in grows.items() if r > LINEAR_GROWTH_MAX}
+    if too_fast:
+        raise CheckFailed(
+            "linear_attention_noncausal: from n = 1024 to 2048 the "
+            + " and ".join(f"{what} grew {r:.1f}×" for what, r in too_fast.items())
+            + " (linear cost doubles): the values are right, but the code builds the n × n "
+            "table φ(Q)φ(K)ᵀ. Multiply φ(K)ᵀ V (E × Ev) first, then φ(Q) by it"
+        )
+
+
+# Per doubling of n: 2× for a linear-cost route, 4× for one that holds the n × n table.
+LINEAR_GROWTH_MAX = 3.0
+
+
+def _linear_cost(candidate, n: int) -> tuple[float, float]:
+    """(peak extra bytes, matmul FLOPs) of one call of ``candidate`` on ``(1, 1, n, 8)``."""
+    q, k, v = rand_qkv(1, 1, n, dim=8, seed=6)  # (1, 1, n, 8)
+    peak = peak_extra_bytes(lambda: candidate(q, k, v))
+    counter = matmul_flop_counter()
+    with counter:
+        candidate(q, k, v)
+    return float(peak), float(counter.get_total_flops())
 
 
 # --- 05.5 the longest sequence that fits ----------------------------------------------------
@@ -268,3 +295,34 @@ def _longest(candidate):
             f"{call} is {got}, expected {expected}"
             + (f": {hint}" if hint else ": the largest n with num_heads · n² · bytes <= memory")
         )
+
+
+# --- 05.6 predict, then run: a window's depth and budget -------------------------------------
+
+DEPTH_SETTING = "window ±16, 2 layers, 600 steps"
+
+
+@register("05.6", title="Predict, then run: window ±16 × 2 layers for 600 steps")
+def _predict_depth(predict, *, outcome):
+    numbers = getattr(outcome, "numbers", {})
+    if isinstance(numbers, dict) and numbers.get("setting") != DEPTH_SETTING:
+        raise CheckFailed(
+            f"the run's setting is {numbers.get('setting')!r}, not {DEPTH_SETTING!r}: run "
+            f"c19_depth_sweep_run with window=16, layers=2, steps=600 (the chapter's ±12 × 3 "
+            f"at 200 steps is the baseline, not the experiment)"
+        )
+    check_prediction(
+        predict,
+        outcome,
+        setting=DEPTH_SETTING,
+        why={
+            "reproduced": "Two ±16 layers reach the whole topic span (predicted 1.00), the blind "
+            "one-layer model stayed at chance, and 600 steps were enough for the deep model to "
+            "learn to pass the topic on from window to window: within 0.1 of its prediction.",
+            "partly": "The reach covers the span and the blind layer stayed at chance, but the "
+            "deep model did not learn the relay within the budget: its accuracy fell more than "
+            "0.1 short of the 1.00 its reach predicts (reach is necessary, not sufficient).",
+            "not reproduced": "The one-layer model, blind to the topic, beat chance: something "
+            "leaked past the mask.",
+        },
+    )

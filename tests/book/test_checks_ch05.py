@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 
-from book.checks import check, exercises_for_chapter, results
+from book.checks import CheckFailed, check, exercises_for_chapter, results
 from tests.book.check_outcomes import fails, run_check
 
 EXERCISES = {ex.id: ex for ex in exercises_for_chapter("05")}
 
 
 def test_all_five_exercises_are_registered():
-    assert sorted(EXERCISES) == ["05.1", "05.2", "05.3", "05.4", "05.5"]
+    assert sorted(EXERCISES) == ["05.1", "05.2", "05.3", "05.4", "05.5", "05.6"]
 
 
 # --- 05.1 -------------------------------------------------------------------------------------
@@ -122,6 +123,23 @@ def test_linear_attention():
     fails("05.4", lambda q, k, v, eps=1e-6: linear_right(q, k, v) * 1.1, "off by up to")
 
 
+def test_linear_attention_fails_the_table_route_on_cost():
+    """(φ(Q)φ(K)ᵀ)V gives the right values through the n × n table: the check measures cost."""
+
+    def table_route(q, k, v, eps=1e-6):
+        phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1
+        kernel = phi_q @ phi_k.transpose(-2, -1)  # (B, H, Lq, Lk): the forbidden table
+        return (kernel @ v) / (kernel.sum(-1, keepdim=True) + eps)
+
+    def broadcast_table(q, k, v, eps=1e-6):  # no matmul builds it: only memory can tell
+        phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1
+        kernel = (phi_q[..., :, None, :] * phi_k[..., None, :, :]).sum(-1)  # (B, H, Lq, Lk)
+        return torch.einsum("bhqk,bhkd->bhqd", kernel, v) / (kernel.sum(-1, keepdim=True) + eps)
+
+    fails("05.4", table_route, r"grew .*× .*n × n table")
+    fails("05.4", broadcast_table, r"peak memory grew")
+
+
 # --- 05.5 -------------------------------------------------------------------------------------
 
 
@@ -146,3 +164,36 @@ def test_check_prints_and_records(capsys):
     out = capsys.readouterr().out
     assert "✓ Exercise 05.5" in out and "not implemented yet" in out
     assert results()[-1].passed is False
+
+
+# --- 05.6 -------------------------------------------------------------------------------------
+
+
+def depth_outcome(verdict, setting="window ±16, 2 layers, 600 steps", accuracy="1.00"):
+    from book.sceptic import Outcome
+
+    numbers = {"setting": setting, "predicted": "1.00", "accuracy": accuracy}
+    return Outcome(verdict, numbers | {"1 layer (blind)": "0.50"})
+
+
+def predict_then_run(prediction, outcome):
+    (exercise,) = [ex for ex in exercises_for_chapter("05") if ex.id == "05.6"]
+    exercise.check(lambda: prediction, outcome=outcome)
+
+
+def test_predict_then_run_passes_the_right_prediction():
+    predict_then_run("reproduced", depth_outcome("reproduced"))
+    predict_then_run("partly", depth_outcome("partly", accuracy="0.52"))
+
+
+def test_predict_then_run_explains_a_miss():
+    with pytest.raises(CheckFailed, match="you predicted 'partly'.*learn to pass the topic on"):
+        predict_then_run("partly", depth_outcome("reproduced"))
+    with pytest.raises(CheckFailed, match="necessary, not sufficient"):
+        predict_then_run("reproduced", depth_outcome("partly", accuracy="0.52"))
+
+
+def test_predict_then_run_rejects_the_unchanged_baseline():
+    baseline = depth_outcome("partly", setting="window ±12, 3 layers, 200 steps")
+    with pytest.raises(CheckFailed, match="not 'window ±16, 2 layers, 600 steps'"):
+        predict_then_run("partly", baseline)

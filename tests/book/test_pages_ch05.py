@@ -14,8 +14,13 @@ from hypothesis import strategies as st
 from attention.blocks import SequenceClassifier
 from attention.efficient.adapters import SlidingWindowAttnFn
 from book.pages.ch05 import (
+    VOCAB,
+    accuracy,
     attention_maps,
+    classifier,
     document_vocab_size,
+    documents_of_length,
+    link_summary,
     predicted_accuracy,
     reach_after,
     topic_attention,
@@ -208,3 +213,41 @@ def test_predicted_accuracy_is_half_plus_half_the_reached_share():
     assert predicted_accuracy(torch.zeros(6, dtype=torch.bool), 4) == 0.5
     with pytest.raises(ValueError, match="reach_row must be"):
         predicted_accuracy(row, 7)
+
+
+def test_documents_of_length_are_topic_documents_with_an_optional_global_id():
+    plain = documents_of_length(32, topic_span=8)(5, torch.Generator().manual_seed(3))
+    docs = topic_documents(5, 32, topic_span=8, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(plain[0], docs.tokens) and torch.equal(plain[1], docs.labels)
+    marked, labels = documents_of_length(32, topic_span=8, global_id=VOCAB)(
+        5, torch.Generator().manual_seed(3)
+    )
+    expected = docs.tokens.clone()
+    for row in range(5):  # a loop: position 16 of every row holds the dedicated id
+        expected[row, 16] = VOCAB
+    assert torch.equal(marked, expected) and torch.equal(labels, docs.labels)
+
+
+def test_classifier_and_accuracy_against_a_loop():
+    torch.manual_seed(0)
+    m = classifier(num_layers=2, max_len=64)
+    assert len(m.encoder.layers) == 2
+    docs = topic_documents(70, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        right = sum(
+            int(m(docs.tokens[i : i + 1]).argmax(-1).item() == docs.labels[i].item())
+            for i in range(70)
+        )
+    assert accuracy(m, docs, chunk=16) == pytest.approx(right / 70)
+
+
+def test_link_summary_cells_are_the_best_heads_mean_weight_per_combination():
+    torch.manual_seed(0)
+    m = classifier()
+    docs = topic_documents(40, 24, generator=torch.Generator().manual_seed(2))
+    summary = link_summary(m, docs, n_docs=40)
+    weights = attention_maps(m, docs.tokens)  # (40, H, 24, 24)
+    for (t, c), value in summary["cells"].items():
+        rows = [i for i in range(40) if docs.topics[i] == t and docs.conclusions[i] == c]
+        best = [float(weights[i, :, -1, docs.topic_positions[i]].max()) for i in rows]
+        assert value == pytest.approx(sum(best) / len(best), rel=1e-5)

@@ -1071,9 +1071,9 @@ Markdown(guide_markdown(guide))
 # **Claim (§10 guide).** The article's closing advice: *choose attention by the task*, because
 # which kind is best depends on it. The sliding window is the test case: on the digits it
 # matched full attention (section 10.4), while on chapter 5's long documents, whose label
-# depends on a topic far from the read-out token, it was stuck at chance (C19 window; chapter 5
-# rates that claim "partly" because a stack of wider windows, whose reach covers the span, did
-# not learn the task either). Before the run we call a kind "useless" on a task when it is at
+# depends on a topic far from the read-out token, it was stuck at chance (C19 window; a stack
+# of wider windows, whose reach covers the span, did not reliably learn the task either: C19
+# window depth). Before the run we call a kind "useless" on a task when it is at
 # least `FAILS_BY` below full attention there. The asserting cell reads both numbers from
 # chapter 5's recorded measurement, checks the window on the digits, and checks that every row
 # of the guide rests on recorded numbers from this chapter and from chapters 3–5.

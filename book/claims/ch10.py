@@ -463,7 +463,7 @@ GUIDE: tuple[GuideRow, ...] = (
         "at the end)",
         "Never a bare window, not even a stack of them: full attention, or make the token that "
         "reads the answer global (a global token elsewhere did not learn to relay in our budget)",
-        ("C19 window", "C19 global", "C17"),
+        ("C19 window", "C19 window depth", "C19 global relay", "C17"),
     ),
     GuideRow(
         "Tasks that need many precise lookups (copying, retrieval, recall)",
@@ -641,8 +641,8 @@ def assert_depends_on_task(
     on this chapter's task (within ``tolerance``), while ``elsewhere`` — another chapter's
     recorded claim, whose measurement starts "…: accuracy A (…) vs F full" — shows the same
     kind at least ``fails_by`` below full attention on its task. The numbers decide, not that
-    claim's verdict: chapter 5's C19 window is "partly" because depth did not repair the
-    window, while the window's failure itself was measured."""
+    claim's verdict: chapter 5's C19 window records the window's failure itself, whatever
+    the verdict says of the rest."""
     assert_no_loss_beyond(kind, reference, here, tolerance=tolerance)
     found = _window_elsewhere(elsewhere)
     assert found, (

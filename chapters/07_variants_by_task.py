@@ -1359,7 +1359,8 @@ c26_verdicts = {
     "linear": claims07.c26_linear_verdict(mse_table),
 }
 print(c26_verdicts)
-print(sweep_summary("C26"))
+for claim in ("C26", "C26 attention", "C26 additions", "C26 linear"):
+    print(f"{claim}, the sceptic's sweep (stored):\n{sweep_summary(claim)}")
 
 
 def mse_text(series_name: str, *names: str) -> str:
@@ -1933,7 +1934,7 @@ c27_verdicts = {
     "C27 τ": claims07.c27_temperature_verdict(learned=both(None), fixed=both(1.0)),
     "C27 τ learned": claims07.c27_learning_verdict(learned=both(None), fixed_large=both(START)),
 }
-print(c27_verdicts)
+print(c27_verdicts, f"(learning 'helps' by more than LEARN_MARGIN = {claims07.LEARN_MARGIN})")
 for claim in c27_verdicts:
     print(sweep_summary(claim))
 

@@ -1129,9 +1129,10 @@ def train_forecaster(
 # month, `(B, L, D)`, and the same head reads it: `"last"` (`Linear(D, 12)` on the last month)
 # or `"flat"` (`Linear(L·D, 12)` on all of them). The bodies are sized to about the same number
 # of parameters (≈ 8.5 k): an LSTM of 44 units, a TCN of 24 channels, a one-layer encoder of
-# width 32. And to see what attention itself adds, the Transformer body once more with an
-# attention that returns the values unchanged (`no_attention`: each month keeps its own
-# token, so the block is an MLP per month).
+# width 32. (Matched are the bodies: a flat head grows with the width, so the LSTM's is the
+# largest; the table below counts both parts.) And to see what attention itself adds, the
+# Transformer body once more with an attention that returns the values unchanged
+# (`no_attention`: each month keeps its own token, so the block is an MLP per month).
 
 
 # %%

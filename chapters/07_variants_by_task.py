@@ -57,15 +57,7 @@ from attention.blocks import EncoderLayer
 from attention.efficient.probsparse import n_selected, probsparse_attention
 from attention.functional import scaled_dot_product_attention
 from attention.multimodal import clip_contrastive_loss
-from attention.timeseries import (
-    DLinear,
-    LastValueNormalization,
-    LSTMForecaster,
-    ProbSparseAttention,
-    TCNForecaster,
-    TransformerForecaster,
-    seasonal_naive,
-)
+from attention.timeseries import seasonal_naive
 from attention.vision import PatchMerging, shifted_window_mask, window_partition
 from book.claims import ch07 as claims07
 from book.claims import claims_table, record_claim
@@ -75,6 +67,7 @@ from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.training import fit, moving_average, train_classifier
 from book.plotting import plot_bar_spread, plot_lines, plot_spread, reference_line, set_style
 from book.progress import progress
+from book.sceptic import sweep_summary
 from measure.cost import fit_power, measure_cost
 
 set_style()
@@ -101,7 +94,13 @@ from torch import nn  # noqa: F811
 from attention.blocks import Encoder
 from attention.checks import check_float, check_positive_int, check_rank, check_tensor
 from attention.multimodal import CLIPHead, CrossAttentionBlock, clip_logits
-from attention.timeseries import sliding_windows
+from attention.positional import sinusoidal_encoding
+from attention.timeseries import (
+    DLinear,
+    LastValueNormalization,
+    ProbSparseAttention,
+    sliding_windows,
+)
 from attention.vision import PatchEmbedding, SwinBlock, VisionTransformer
 
 Tensor = torch.Tensor
@@ -129,6 +128,7 @@ fig = patches_to_tokens()
 # package's `PatchEmbedding`, which does the cut and the linear map in one strided
 # convolution (a convolution whose kernel is the patch size and whose stride is the patch
 # size sees each patch exactly once, with the linear layer as its kernel).
+
 
 # %%
 #| export
@@ -308,6 +308,7 @@ for side in (224, 1024):
 # when data is scarce, and does the gap close as data grows? Two models of similar size: the
 # library's `VisionTransformer` (2×2 patches, width 32, 4 heads, 2 layers) and a small
 # LeNet-style CNN:
+
 
 # %%
 #| export
@@ -550,6 +551,7 @@ record_claim(
 # exact zero, not as a small number (`receptive_field`, in float64, with two random probes
 # so that no influence is missed by accident).
 
+
 # %%
 #| export
 def swin_stack(
@@ -589,6 +591,23 @@ def receptive_field(
     return field.view(grid, grid)
 
 
+def field_map(model: nn.Module, grid: int, d_model: int, *, seed: int = 0) -> Tensor:
+    """Bool ``(grid², grid, grid)``: for every output token (row-major), the input tokens that
+    can change it, from one backward pass per token of a random projection of that output
+    (float64 copy of ``model``, random input): ``receptive_field`` for the whole map at once."""
+    g = torch.Generator().manual_seed(seed)
+    model = copy.deepcopy(model).double().eval()
+    x = torch.randn(1, grid * grid, d_model, generator=g, dtype=torch.float64)  # (1, G², D)
+    x.requires_grad_(True)
+    out = model(x)  # (1, G², D)
+    probes = torch.randn(grid * grid, d_model, generator=g, dtype=torch.float64)  # (G², D)
+    rows = []
+    for t in range(grid * grid):
+        (grad,) = torch.autograd.grad(out[0, t] @ probes[t], x, retain_graph=True)  # (1, G², D)
+        rows.append((grad[0] != 0).any(-1).view(grid, grid))  # (G, G)
+    return torch.stack(rows)  # (G², G, G)
+
+
 def window_of(token: tuple[int, int], grid: int, window_size: int) -> Tensor:
     """Bool ``(grid, grid)``: the regular ``window_size × window_size`` window holding
     ``token``."""
@@ -601,30 +620,38 @@ def window_of(token: tuple[int, int], grid: int, window_size: int) -> Tensor:
 # %% [markdown]
 # We stack 1, 2 and 4 freshly initialised `SwinBlock`s on a 16 × 16 token map with 4 × 4
 # windows, once alternating regular and shifted windows as Swin does, once with regular
-# windows only, and read the field of the token at row 5, column 6.
+# windows only, and read the field of *every* output token (`field_map`); the figure shows
+# the token at row 5, column 6.
 #
-# **Threshold, from the claim.** Without the shift the field must stay the token's own
-# window at every depth (16 tokens); with it, it must leave the window after two blocks and
-# keep growing with depth.
+# **Threshold, from the claim.** Without the shift every token's field must stay its own
+# window at every depth (16 tokens); with it, fields must leave their window from two blocks
+# on, every token's by the deepest stack, and keep growing with depth.
 
 # %%
 RF_GRID, RF_TOKEN, RF_DEPTHS = 16, (5, 6), (1, 2, 4)
 torch.manual_seed(0)
-fields = {
-    (shifted, depth): receptive_field(
-        swin_stack(depth, shifted=shifted, grid=RF_GRID, window_size=SWIN_WINDOW),
-        RF_GRID, 16, RF_TOKEN,
-    )  # fmt: skip
+field_maps = {
+    (shifted, depth): field_map(
+        swin_stack(depth, shifted=shifted, grid=RF_GRID, window_size=SWIN_WINDOW), RF_GRID, 16
+    )  # (G², G, G)
     for shifted in (False, True)
     for depth in RF_DEPTHS
 }
-own_window = window_of(RF_TOKEN, RF_GRID, SWIN_WINDOW)
+own_windows = torch.stack([
+    window_of((r, c), RF_GRID, SWIN_WINDOW) for r in range(RF_GRID) for c in range(RF_GRID)
+])  # (G², G, G): each token's regular window  # fmt: skip
+token_index = RF_TOKEN[0] * RF_GRID + RF_TOKEN[1]
+fields = {key: maps[token_index] for key, maps in field_maps.items()}  # (G, G) each
+own_window = own_windows[token_index]  # (G, G)
 
 # %% tags=["nbval-check-output"]
-for (shifted, depth), field in fields.items():
-    outside = int((field & ~own_window).sum())
-    print(f"{'shifted' if shifted else 'regular'} windows, {depth} block(s): field of "
-          f"{int(field.sum()):>3} tokens, {outside:>3} outside the token's own window")  # fmt: skip
+for (shifted, depth), maps in field_maps.items():
+    left = (maps & ~own_windows).flatten(-2).any(-1).view(RF_GRID, RF_GRID)  # (G, G)
+    stuck = (~left).nonzero().tolist() if 0 < left.sum() < RF_GRID**2 else None
+    print(f"{'shifted' if shifted else 'regular'} windows, {depth} block(s): token {RF_TOKEN} "
+          f"sees {int(fields[shifted, depth].sum()):>3} tokens; {int(left.sum()):>3} of "
+          f"{RF_GRID**2} tokens see outside their own window"
+          + (f"; those that do not: {stuck}" if stuck else ""))  # fmt: skip
 
 # %%
 fig, axes = plt.subplots(2, 3, figsize=(10, 6.6), layout="constrained")
@@ -644,29 +671,43 @@ fig.suptitle("C25: receptive field of one output token (16 × 16 tokens, 4 × 4 
 bar = fig.colorbar(shown, ax=axes, ticks=[0, 1], label="1 = this input can change the red output")
 
 # %%
-claims07.assert_c25_shift_crosses_windows(fields, own_window)
+left_by_depth = claims07.assert_c25_shift_crosses_windows(field_maps, own_windows)
 record_claim(
     "C25 shift",
     claim="Shifted windows let information cross window borders",
-    experiment="receptive field (exact non-zero pattern of the gradient) of one output token "
+    experiment="receptive field (exact non-zero pattern of the gradient) of every output token "
     "after 1, 2, 4 SwinBlocks on 16×16 tokens, 4×4 windows, with and without the shift",
-    verdict=claims07.c25_shift_verdict(fields, own_window),
-    measured="field sizes " + ", ".join(
+    verdict=claims07.c25_shift_verdict(field_maps, own_windows),
+    measured="tokens whose field leaves their window, shifted: "
+    + ", ".join(f"{d} block(s): {n}" for d, n in left_by_depth.items())
+    + "; regular: 0 at every depth; "
+    + ", ".join(
         f"{'shifted' if s else 'regular'}/{d}: {int(f.sum())}" for (s, d), f in fields.items()
-    ),
+    )
+    + f" tokens seen by token {RF_TOKEN}",
 )
 
 # %% [markdown]
-# The picture is exact, not statistical. With regular windows the red token's field is its own
+# The picture is exact, not statistical. With regular windows every token's field is its own
 # 4 × 4 window, 16 tokens, whether one block or four are stacked: no amount of depth lets
 # information in from outside, because every block partitions the map the same way. With the
 # shift, one block is still one window (the first block is a regular one), but two blocks
-# reach 64 tokens, 48 of them outside the window: the shifted window around the token overlaps
-# four regular windows, and each brings in everything it saw in the block before. Four blocks
-# reach 192 tokens. The field grows by up to a window's width per pair of blocks (regular,
-# then shifted), so covering a large image takes depth — or the patch merging below, which
-# halves every distance at each stage. **Verdict on "information crosses windows":
-# reproduced**, and without the shift it provably never does.
+# take the red token to 64 tokens, 48 of them outside its window: the shifted window around it
+# overlaps four regular windows, and each brings in everything it saw in the block before.
+# Four blocks reach 192 tokens.
+#
+# Not every token crosses at two blocks, though: the 16 tokens in the 2 × 2 corners of the
+# map still see only their own window. Swin shifts by *rolling* the map (half a window up and
+# left), so the shifted windows at the map's edges are made of pieces from opposite sides,
+# and the mask (`shifted_window_mask`) lets each piece attend only to itself. A corner piece
+# is 2 × 2 tokens that all sit in one regular window: no new neighbour. They cross one pair
+# of blocks later, through tokens that did (at four blocks every token's field has left its
+# window). Across the edges of the map the shift brings in nothing, by design: that is the
+# image's border, not a window's. The field grows by up to a window's width per pair of
+# blocks (regular, then shifted), so covering a large image takes depth — or the patch
+# merging below, which halves every distance at each stage. **Verdict on "information crosses
+# windows": reproduced** for every token by four blocks (for all but the 16 corner tokens by
+# two), and without the shift it provably never does.
 #
 # ### Patch merging: a pyramid of feature maps
 #
@@ -725,6 +766,7 @@ record_claim(
 # $10^{-2}$, batches of 32), three seeds; once with the second block shifted, once with both
 # regular. No absolute positions: the blocks' relative position bias is the only place
 # where information comes from.
+
 
 # %%
 #| export
@@ -893,6 +935,7 @@ record_claim(
 # values are standardised with the mean and standard deviation of the training part only.
 # Errors are mean squared errors in those standardised units.
 
+
 # %%
 #| export
 def synthetic_series(
@@ -1026,13 +1069,12 @@ fig.tight_layout()
 # - **seasonal naive**: repeat the last 12 months (`seasonal_naive`); no parameters.
 # - **DLinear**: a moving-average trend (13 months) and the remainder, each mapped to the
 #   horizon by one linear layer (`DLinear`, 888 parameters).
-# - **LSTM**: one layer of 32 units read at the last month (`LSTMForecaster`), learning rate
-#   tuned.
-# - **TCN**: causal dilated convolutions, 16 channels, dilations 1 to 16, so the last step
-#   sees all 36 months (`TCNForecaster`).
+# - **LSTM**: one layer of 44 units (`LSTMBody`).
+# - **TCN**: causal dilated convolutions, 24 channels, dilations 1 to 16, so the last step
+#   sees all 36 months (`TCNBody`).
 # - **Transformer**: every month a token (value embedding + sinusoidal position), one pre-LN
-#   encoder layer of width 32 with 2 heads, a linear head on all tokens
-#   (`TransformerForecaster`), learning rate tuned.
+#   encoder layer of width 32 with 2 heads (`TransformerBody`); **no attention**: the same
+#   with the attention replaced by the identity on the values.
 # - **+ time**: the same with a learned embedding of the calendar month added to every token,
 #   Informer's "time-stamp" encoding.
 # - **Informer-style**: + time, with ProbSparse self-attention (`ProbSparseAttention`,
@@ -1046,6 +1088,7 @@ fig.tight_layout()
 # training, and subtracting the last value removes its level. Every one gets the same training
 # step, 200 steps of Adam on the MSE of batches of 16 windows, gradients clipped at 1, three
 # seeds:
+
 
 # %%
 #| export
@@ -1079,112 +1122,198 @@ def train_forecaster(
 
 
 # %% [markdown]
-# "Tuned" means the learning rate was chosen from $\{10^{-3}, 3 \cdot 10^{-3}, 10^{-2}\}$ by
-# the validation error of seed 0, for the LSTM and, to be fair, for the plain Transformer;
-# the others use $3 \cdot 10^{-3}$.
-#
-# **Thresholds, from the claim** (`book.claims.ch07`), for every series: "as good as" = a
-# mean test MSE at most
-# `AS_GOOD` = 10 % above the plain Transformer's; "steadier" = a smaller range (max − min)
-# over the seeds; the claim holds on a series if the LSTM or the TCN is as good or steadier.
-# An addition "helps" if it lowers the mean MSE of the plain Transformer. For Zeng et al.'s
-# anchor, DLinear "beats" a Transformer variant if its mean MSE is lower.
+# **One read-out, matched capacity.** The library's forecasters differ in more than their
+# mixing: the LSTM and the TCN forecast from their *last* state, its Transformer from every
+# token's output flattened into one vector (`Linear(36·32, 12)`, a head that alone holds most
+# of its parameters). So here every model is a *body* that turns the history into one state per
+# month, `(B, L, D)`, and the same head reads it: `"last"` (`Linear(D, 12)` on the last month)
+# or `"flat"` (`Linear(L·D, 12)` on all of them). The bodies are sized to about the same number
+# of parameters (≈ 8.5 k): an LSTM of 44 units, a TCN of 24 channels, a one-layer encoder of
+# width 32. (Matched are the bodies: a flat head grows with the width, so the LSTM's is the
+# largest; the table below counts both parts.) And to see what attention itself adds, the
+# Transformer body once more with an attention that returns the values unchanged
+# (`no_attention`: each month keeps its own token, so the block is an MLP per month).
 
-# %% tags=["nbval-check-output"] tolerance="trained-ratio"
-FORECAST_STEPS, FORECAST_BATCH, LR_GRID, DEFAULT_LR = 200, 16, (1e-3, 3e-3, 1e-2), 3e-3
+
+# %%
+#| export
+class LSTMBody(nn.Module):
+    """``(history (B, L), phase) -> (B, L, hidden)``: the LSTM's state after each month."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(1, hidden, batch_first=True)
+
+    def forward(self, history: Tensor, phase: Tensor | None = None) -> Tensor:
+        states, _ = self.lstm(history.unsqueeze(-1))  # (B, L, hidden)
+        return states
+
+
+class TCNBody(nn.Module):
+    """``(history (B, L), phase) -> (B, L, channels)``: causal dilated convolutions with
+    residuals, dilations 1, 2, 4, … until the last step sees the whole history (left padding
+    only, so no output sees a later month)."""
+
+    def __init__(self, lookback: int, channels: int, kernel_size: int = 3) -> None:
+        super().__init__()
+        dilations = [1]
+        while 1 + (kernel_size - 1) * (2 * dilations[-1] - 1) < lookback:
+            dilations.append(2 * dilations[-1])
+        self.dilations, self.kernel_size = tuple(dilations), kernel_size
+        self.input = nn.Conv1d(1, channels, 1)
+        self.convs = nn.ModuleList(
+            nn.Conv1d(channels, channels, kernel_size, dilation=d) for d in dilations
+        )
+
+    def forward(self, history: Tensor, phase: Tensor | None = None) -> Tensor:
+        x = self.input(history.unsqueeze(1))  # (B, C, L)
+        for conv, d in zip(self.convs, self.dilations, strict=True):
+            x = x + F.relu(conv(F.pad(x, ((self.kernel_size - 1) * d, 0))))  # (B, C, L) causal
+        return x.transpose(1, 2)  # (B, L, C)
+
+
+class TransformerBody(nn.Module):
+    """``(history (B, L), phase (B, L)) -> (B, L, d_model)``: each month a token (a linear
+    embedding of its value + the sinusoidal encoding of its position, + a learned embedding of
+    the calendar month when ``period`` is given), then a pre-LN encoder whose attention is
+    ``attn_fn`` (dense when ``None``). No mask: every month may attend to every month of the
+    history (all of it is the past)."""
+
+    def __init__(
+        self, lookback: int, d_model: int = 32, num_heads: int = 2, d_ff: int = 64,
+        period: int | None = None, attn_fn=None,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.value_embedding = nn.Linear(1, d_model)
+        self.register_buffer("position", sinusoidal_encoding(lookback, d_model), persistent=False)
+        self.phase_embedding = nn.Embedding(period, d_model) if period else None
+        self.encoder = Encoder(d_model, num_heads, d_ff, num_layers=1, pre_ln=True,
+                               activation="gelu", attn_fn=attn_fn)  # fmt: skip
+
+    def forward(self, history: Tensor, phase: Tensor | None = None) -> Tensor:
+        x = self.value_embedding(history.unsqueeze(-1)) + self.position  # (B, L, D)
+        if self.phase_embedding is not None:
+            x = x + self.phase_embedding(phase)  # (B, L, D): + the calendar month
+        return self.encoder(x)  # (B, L, D)
+
+
+def no_attention(q: Tensor, k: Tensor, v: Tensor, mask=None, causal: bool = False) -> Tensor:
+    """An ``attn_fn`` that returns the values: each token keeps its own, ``(B, H, L, dv)``."""
+    return v
+
+
+class Forecaster(nn.Module):
+    """``body`` (``(history, phase) -> (B, L, width)``) and a linear head: ``read_out="last"``
+    maps the last month's state to the horizon, ``"flat"`` all ``L`` states flattened.
+    ``forward(history (B, L), phase (B, L)) -> (B, horizon)``."""
+
+    def __init__(self, body: nn.Module, width: int, lookback: int, horizon: int,
+                 read_out: str = "last") -> None:  # fmt: skip
+        super().__init__()
+        if read_out not in ("last", "flat"):
+            raise ValueError(f"read_out must be 'last' or 'flat', got {read_out!r}")
+        self.body, self.read_out = body, read_out
+        self.head = nn.Linear(width if read_out == "last" else lookback * width, horizon)
+
+    def forward(self, history: Tensor, phase: Tensor | None = None) -> Tensor:
+        states = self.body(history, phase)  # (B, L, width)
+        if self.read_out == "last":
+            return self.head(states[:, -1])  # (B, horizon): the last month only
+        return self.head(states.flatten(1))  # (B, horizon): every month, flattened
+
+
+def forecaster_builds(lookback: int, horizon: int, period: int, factor: int = 2) -> dict:
+    """Name → a function building the forecaster (last-value normalised, except the seasonal
+    naive copy, which is not here). LSTM, TCN and Transformer with both read-outs; the
+    Transformer without attention, with the calendar embedding (+ time) and with ProbSparse
+    on top (Informer-style), read like the library's Transformer (flat)."""
+
+    def make(body, width, read_out):
+        return lambda: LastValueNormalization(
+            Forecaster(body(), width, lookback, horizon, read_out)
+        )
+
+    builds = {"DLinear": lambda: LastValueNormalization(DLinear(lookback, horizon, kernel_size=13))}
+    for read_out in ("last", "flat"):
+        builds[f"LSTM ({read_out})"] = make(lambda: LSTMBody(44), 44, read_out)
+        builds[f"TCN ({read_out})"] = make(lambda: TCNBody(lookback, 24), 24, read_out)
+        builds[f"Transformer ({read_out})"] = make(lambda: TransformerBody(lookback), 32, read_out)
+    builds["no attention (flat)"] = make(
+        lambda: TransformerBody(lookback, attn_fn=no_attention), 32, "flat"
+    )
+    builds["+ time (flat)"] = make(lambda: TransformerBody(lookback, period=period), 32, "flat")
+    builds["Informer-style (flat)"] = make(
+        lambda: TransformerBody(lookback, period=period, attn_fn=ProbSparseAttention(factor)),
+        32, "flat",
+    )  # fmt: skip
+    return builds
+
+
+def tune_and_train(build, split: ForecastSplit, *, grid, seeds, steps: int,
+                   batch_size: int = 16) -> dict:  # fmt: skip
+    """Choose the learning rate by the validation MSE of ``seeds[0]`` from ``grid``, widening
+    the grid by ×(last/previous) while the choice sits at an edge, so
+    that the chosen value lies inside the searched range (the grid stops at 1e-4 and 0.1);
+    then train every seed with it.
+    Returns ``{"lr", "grid", "val": {lr: mse}, "runs": [run per seed]}``."""
+    grid, val, first = sorted(grid), {}, {}
+    while True:  # ends: the grid is bounded
+        for lr in grid:
+            if lr not in val:
+                first[lr] = train_forecaster(build, split, steps=steps, lr=lr, seed=seeds[0],
+                                             batch_size=batch_size)  # fmt: skip
+                val[lr] = first[lr]["val_mse"]
+        best = min(grid, key=val.get)
+        if best == grid[0] and grid[0] / (grid[1] / grid[0]) >= 1e-4:
+            grid.insert(0, grid[0] / (grid[1] / grid[0]))
+        elif best == grid[-1] and grid[-1] * (grid[-1] / grid[-2]) <= 0.1:
+            grid.append(grid[-1] * (grid[-1] / grid[-2]))
+        else:
+            break
+    runs = [first[best]] + [
+        train_forecaster(build, split, steps=steps, lr=best, seed=s, batch_size=batch_size)
+        for s in seeds[1:]
+    ]
+    return {"lr": best, "grid": grid, "val": val, "runs": runs}
+
+
+# %% [markdown]
+# "Tuned" means the same for every model: the learning rate chosen from
+# $\{10^{-3}, 3 \cdot 10^{-3}, 10^{-2}\}$ by the validation error of seed 0, the grid widened
+# (×3 steps) while the choice sits at its edge, so that every chosen value lies inside the
+# searched range (`tune_and_train`).
+#
+# **Thresholds, from the claim** (`book.claims.ch07`), on every series and for each read-out
+# (LSTM and TCN against the Transformer with the same head): "as good as" = a mean test MSE at
+# most `AS_GOOD` = 10 % above the Transformer's; "steadier" = a smaller range over the seeds
+# *and* a worst seed no worse than the Transformer's worst (`c26_steadier`: a model steady but
+# worse everywhere is worse, not steadier). The claim holds on a series and read-out if the
+# LSTM or the TCN is as good or steadier. Attention "matters" if removing it raises the
+# Transformer's mean MSE by more than `AS_GOOD`. An addition "helps" if it lowers the mean MSE
+# of the plain Transformer. For Zeng et al.'s anchor, DLinear "beats" a Transformer variant if
+# its mean MSE is lower.
+
+# %%
 INFORMER_FACTOR = 2
 print(f"active queries: Informer's c = 5 at L = 96: {n_selected(96, 5)} of 96; "
       f"ours, c = {INFORMER_FACTOR} at L = {LOOKBACK}: {n_selected(LOOKBACK, INFORMER_FACTOR)} "
       f"of {LOOKBACK}")  # fmt: skip
-forecasters = {
-    "DLinear": lambda: DLinear(LOOKBACK, HORIZON, kernel_size=13),
-    "LSTM": lambda: LSTMForecaster(LOOKBACK, HORIZON, 32),
-    "TCN": lambda: TCNForecaster(LOOKBACK, HORIZON, 16),
-    "Transformer": lambda: TransformerForecaster(
-        LOOKBACK, HORIZON, d_model=32, num_heads=2, num_layers=1, d_ff=64
-    ),
-    "+ time": lambda: TransformerForecaster(
-        LOOKBACK, HORIZON, d_model=32, num_heads=2, num_layers=1, d_ff=64, period=PERIOD
-    ),
-    "Informer-style": lambda: TransformerForecaster(
-        LOOKBACK, HORIZON, d_model=32, num_heads=2, num_layers=1, d_ff=64, period=PERIOD,
-        attn_fn=ProbSparseAttention(factor=INFORMER_FACTOR),
-    ),  # fmt: skip
-}
-TUNED = ("LSTM", "Transformer")
-
-
-def normalised(name: str):
-    return lambda: LastValueNormalization(forecasters[name]())
-
-
-def train(series_name: str, name: str, lr: float, seed: int) -> dict:
-    return train_forecaster(
-        normalised(name), splits[series_name], steps=FORECAST_STEPS, lr=lr, seed=seed,
-        batch_size=FORECAST_BATCH,
-    )  # fmt: skip
-
-
-chosen_lr, tuning, tuning_runs = {}, {}, {}
-for series_name in splits:
-    for name in TUNED:
-        for lr in LR_GRID:
-            tuning_runs[series_name, name, lr] = train(series_name, name, lr, seed=0)
-            tuning[series_name, name, lr] = tuning_runs[series_name, name, lr]["val_mse"]
-        chosen_lr[series_name, name] = min(LR_GRID, key=lambda lr: tuning[series_name, name, lr])
-for (series_name, name), lr in chosen_lr.items():
-    vals = ", ".join(f"{g:g}: {tuning[series_name, name, g]:.4f}" for g in LR_GRID)
-    print(f"{series_name:>16} {name:>11}: validation MSE by learning rate {vals} → {lr:g}")
-
-# %% [markdown]
-# What each forecaster computes, written out from its own parts and checked against its
-# output. Note the read-outs: the LSTM and the TCN forecast from their *last* state, the
-# Transformers from every token's output flattened into one vector (`Linear(36·32, 12)`), a
-# head that alone holds most of their parameters.
-
-# %%
+forecasters = forecaster_builds(LOOKBACK, HORIZON, PERIOD, INFORMER_FACTOR)
 torch.manual_seed(0)
-test_windows = splits["synthetic"].test
-history, phase = test_windows.history[:4], test_windows.phase[:4]  # (4, L), (4, L)
-models = {name: build() for name, build in forecasters.items()}
-dl, lstm, tcn = models["DLinear"], models["LSTM"], models["TCN"]
-padded = F.pad(history[:, None], (6, 6), mode="replicate")  # (4, 1, L + 12): ends repeated
-trend = F.avg_pool1d(padded, 13, stride=1)[:, 0]  # (4, L): 13-month moving average
-by_hand = {"DLinear": dl.trend(trend) + dl.remainder(history - trend)}  # two linear maps
-states, _ = lstm.lstm(history.unsqueeze(-1))  # (4, L, 32): one state per month
-by_hand["LSTM"] = lstm.head(states[:, -1])  # the last state only
-x = tcn.input(history.unsqueeze(1))  # (4, C, L)
-for conv, d in zip(tcn.convs, tcn.dilations, strict=True):
-    x = x + torch.relu(conv(F.pad(x, (2 * d, 0))))  # (4, C, L): padded on the left, causal
-by_hand["TCN"] = tcn.head(x[:, :, -1])  # the last step only
-for name in ("Transformer", "+ time", "Informer-style"):
-    m = models[name]
-    tokens = m.value_embedding(history.unsqueeze(-1)) + m.position  # (4, L, D): month = token
-    if m.phase_embedding is not None:
-        tokens = tokens + m.phase_embedding(phase)  # (4, L, D): + the calendar month
-    by_hand[name] = m.head(m.encoder(tokens).flatten(1))  # (4, 12): every token, flattened
-for name, out in by_hand.items():
-    torch.testing.assert_close(out, models[name](history, phase))
-head_share = {n: models[n].head.weight.numel() / sum(p.numel() for p in models[n].parameters())
-              for n in ("LSTM", "TCN", "Transformer")}  # fmt: skip
-print("read-outs checked; the head's share of the parameters:",
-      ", ".join(f"{n} {v:.0%}" for n, v in head_share.items()))  # fmt: skip
+for name, build in forecasters.items():
+    model = build().forecaster
+    n = sum(p.numel() for p in model.parameters())
+    head = sum(p.numel() for p in model.head.parameters()) if hasattr(model, "head") else 0
+    print(f"{name:>22}: {n:6d} parameters, {n - head:5d} in the body, {head:5d} in the head")
 
-# %%
-forecast_runs = {}
-for series_name in splits:
-    for name in progress(forecasters, desc=f"forecasters on {series_name}"):
-        lr = chosen_lr.get((series_name, name), DEFAULT_LR)
-        for seed in SEEDS:
-            if (series_name, name, lr) in tuning_runs and seed == 0:  # the same run: reuse it
-                forecast_runs[series_name, name, seed] = tuning_runs[series_name, name, lr]
-            else:
-                forecast_runs[series_name, name, seed] = train(series_name, name, lr, seed)
-mse = {
-    (series_name, name): spread([forecast_runs[series_name, name, s]["test_mse"] for s in SEEDS])
-    for series_name in splits
-    for name in forecasters
-}
+# %% tags=["nbval-check-output"] tolerance="trained-ratio"
+FORECAST_STEPS = claims07.C26_STEPS  # 200 steps, batches of 16, grid (1e-3, 3e-3, 1e-2)
+forecast_runs = claims07.c26_runs(splits, seeds=SEEDS, steps=FORECAST_STEPS, progress=progress)
+for (series_name, name), t in forecast_runs.items():
+    vals = ", ".join(f"{g:g}: {t['val'][g]:.4f}" for g in t["grid"])
+    print(f"{series_name:>16} {name:>22}: validation MSE by lr {vals} → {t['lr']:g}")
+mse_table = claims07.c26_table(forecast_runs)
+mse = {(s, n): spread(v) for s, by in mse_table.items() for n, v in by.items()}
 naive_mse = {
     series_name: forecast_mse(
         lambda history, phase: seasonal_naive(history, horizon=HORIZON, period=PERIOD), split.test
@@ -1195,14 +1324,13 @@ naive_mse = {
 # %% tags=["nbval-check-output"] tolerance="trained-ratio"
 for series_name in splits:
     print(f"{series_name}: test MSE (standardised), mean (min, max) over 3 seeds")
-    print(f"  {'seasonal naive':>15}: {naive_mse[series_name]:.4f}")
+    print(f"  {'seasonal naive':>22}: {naive_mse[series_name]:.4f}")
     for name in forecasters:
         s = mse[series_name, name]
-        params = forecast_runs[series_name, name, 0]["n_params"]
-        print(f"  {name:>15}: {s.format('.4f')}   spread {s.max - s.min:.4f}   {params} params")
+        print(f"  {name:>22}: {s.format('.4f')}   spread {s.max - s.min:.4f}")
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
+fig, axes = plt.subplots(1, 2, figsize=(14, 4.6))
 for ax, series_name in zip(axes, splits, strict=True):
     plot_bar_spread(
         {name: mse[series_name, name].values for name in forecasters},
@@ -1211,64 +1339,56 @@ for ax, series_name in zip(axes, splits, strict=True):
         reference=(naive_mse[series_name], "seasonal naive"),
         ax=ax,
     )
-    ax.tick_params(axis="x", labelrotation=25)
+    ax.tick_params(axis="x", labelrotation=60, labelsize=8)
     top = max(max(mse[series_name, n].values) for n in forecasters)
-    ax.set_ybound(0, 1.6 * max(top, naive_mse[series_name]))
+    ax.set_ybound(0, 1.3 * max(top, naive_mse[series_name]))
 reference_line(axes[1], noise_floor, "noise floor (perfect forecast)", color="tab:green")
 for ax in axes:
-    ax.legend(loc="upper left", ncol=2, fontsize=8)
+    ax.legend(loc="upper left", fontsize=8)
 fig.tight_layout()
-mse_table = {series: {name: mse[series, name].values for name in forecasters} for series in splits}
-holds = {series: claims07.c26_claim_holds(mse_table[series]) for series in splits}
-print("C26 holds (LSTM or TCN as good as, or steadier than, the Transformer):", holds)
 
-# %% [markdown]
-# Series by series:
-#
-# - **Synthetic: the claim holds.** The TCN (0.0131) and the LSTM (0.0137) both beat the plain
-#   Transformer (0.0153), and both are steadier (seed ranges 0.0012 and 0.0017 against 0.0036).
-#   Best of all is DLinear, 0.0121, not far above the noise floor of 0.0091.
-# - **CO₂: the claim fails.** Here the plain Transformer is the best trained model, 0.0039,
-#   and also the steadiest (range 0.0005). The tuned LSTM comes second, 0.0045, but that is
-#   more than `AS_GOOD` above, and its range is 0.0014; the TCN is the worst of the three, 0.0064.
-# - **The additions hurt on both series.** The calendar embedding raises the Transformer's
-#   error (0.0059 on CO₂, 0.0172 on the synthetic series) and ProbSparse on top raises it
-#   again (0.0065 and 0.0205).
-# - **DLinear** beats every Transformer variant on the synthetic series; on CO₂ it trails the
-#   plain Transformer (0.0050) but beats the time-aware and Informer-style ones.
-# - Every trained model is far below the seasonal copy on CO₂ (0.0293): the copy is a year
-#   behind the trend, which is exactly what a last-value normalised model corrects.
-#
-# The ranking of the trained models on CO₂ is not robust: with 95 test windows from a single
-# decade and three seeds, a change of batch size or head count moves differences of this
-# size. The asserting cell pins the reading above, series by series, so that a re-run that
-# changes it fails loudly instead of silently contradicting the text.
-
-# %%
-claims07.assert_c26_recurrent_vs_attention(
-    mse_table, holds={"CO₂ (Mauna Loa)": False, "synthetic": True}
-)
-claims07.assert_c26_additions_do_not_help(mse_table)
-claims07.assert_c26_linear_anchor(
-    mse_table, naive_mse, beats_all={"CO₂ (Mauna Loa)": False, "synthetic": True}
-)
+# %% tags=["nbval-check-output"] tolerance="trained-ratio"
+holds = {(series, r): claims07.c26_claim_holds(by, read_out=r)
+         for series, by in mse_table.items() for r in claims07.READ_OUTS}  # fmt: skip
+print("C26 holds (LSTM or TCN as good as, or steadier than, the Transformer, same head):")
+for (series, r), ok in holds.items():
+    print(f"  {series:>16}, read-out {r}: {'holds' if ok else 'fails'}")
+c26_verdicts = {
+    "C26": claims07.c26_verdict(mse_table),
+    "attention": claims07.c26_attention_verdict(mse_table),
+    "additions": claims07.c26_additions_verdict(mse_table),
+    "linear": claims07.c26_linear_verdict(mse_table),
+}
+print(c26_verdicts)
+for claim in ("C26", "C26 attention", "C26 additions", "C26 linear"):
+    print(f"{claim}, the sceptic's sweep (stored):\n{sweep_summary(claim)}")
 
 
 def mse_text(series_name: str, *names: str) -> str:
     return "; ".join(f"{n} {mse[series_name, n].format('.4f')}" for n in names)
 
 
+COMPARED = claims07.C26_COMPARED
 record_claim(
     "C26",
     claim="On strongly periodic/trending series a tuned LSTM or TCN can be as good as plain "
     "attention, or steadier",
     experiment=f"36 → 12-month forecasts of Mauna Loa CO₂ and a synthetic series, "
-    f"{FORECAST_STEPS} steps each, 3 seeds, last-value normalisation, lr tuned on validation "
-    "for LSTM and Transformer",
-    verdict=claims07.c26_verdict(mse_table),
-    measured=f"synthetic (holds): {mse_text('synthetic', 'LSTM', 'TCN', 'Transformer')}; CO₂ "
-    f"(fails): {mse_text('CO₂ (Mauna Loa)', 'LSTM', 'TCN', 'Transformer')} (test MSE, "
-    "standardised)",
+    f"{FORECAST_STEPS} steps each, 3 seeds, last-value normalisation, bodies of ≈ 8.5 k "
+    "parameters, each with the last-state and the flattened read-out, every lr tuned on "
+    "validation",
+    verdict=c26_verdicts["C26"],
+    measured=f"synthetic: {mse_text('synthetic', *COMPARED)}; CO₂: "
+    f"{mse_text('CO₂ (Mauna Loa)', *COMPARED)} (test MSE, standardised)",
+)
+record_claim(
+    "C26 attention",
+    claim="What the Transformer forecaster gains comes from attention",
+    experiment="the Transformer (flat read-out) with its attention replaced by the identity "
+    "on the values, same budget and tuning",
+    verdict=c26_verdicts["attention"],
+    measured=f"CO₂: {mse_text('CO₂ (Mauna Loa)', 'Transformer (flat)', 'no attention (flat)')}; "
+    f"synthetic: {mse_text('synthetic', 'Transformer (flat)', 'no attention (flat)')}",
 )
 record_claim(
     "C26 additions",
@@ -1276,37 +1396,72 @@ record_claim(
     "forecaster",
     experiment="the same Transformer + a learned calendar-month embedding, and + ProbSparse "
     f"(factor {INFORMER_FACTOR}), same budget",
-    verdict=claims07.c26_additions_verdict(mse_table),
-    measured=f"CO₂: {mse_text('CO₂ (Mauna Loa)', 'Transformer', '+ time', 'Informer-style')}; "
-    f"synthetic: {mse_text('synthetic', 'Transformer', '+ time', 'Informer-style')}",
+    verdict=c26_verdicts["additions"],
+    measured=f"CO₂: {mse_text('CO₂ (Mauna Loa)', *claims07.ADDITIONS)}; "
+    f"synthetic: {mse_text('synthetic', *claims07.ADDITIONS)}",
 )
 record_claim(
     "C26 linear",
     claim="Zeng et al. 2022: a linear model (DLinear) beats Transformer forecasters",
-    experiment="DLinear (888 parameters) against the three Transformer variants (≈22 k), same "
-    "budget",
-    verdict=claims07.c26_linear_verdict(mse_table),
-    measured=f"synthetic: {mse_text('synthetic', 'DLinear', 'Transformer', 'Informer-style')}; "
-    f"CO₂: {mse_text('CO₂ (Mauna Loa)', 'DLinear', 'Transformer', 'Informer-style')}",
+    experiment="DLinear (888 parameters) against the four Transformer variants, same budget",
+    verdict=c26_verdicts["linear"],
+    measured=f"synthetic: {mse_text('synthetic', 'DLinear', *claims07.TRANSFORMERS)}; "
+    f"CO₂: {mse_text('CO₂ (Mauna Loa)', 'DLinear', *claims07.TRANSFORMERS)}",
 )
 
 # %% [markdown]
-# **Verdict on C26: partly reproduced.** On the synthetic series — periodic, trending, noisy —
-# the recurrent and convolutional forecasters are as good as attention and steadier, as
-# claimed. On the real, smooth CO₂ record the plain Transformer wins. Neither outcome is a
-# landslide, and the comparison between the trained models is fragile at this scale.
+# Read the table by head first, because the head matters more than the mixing:
 #
-# **Verdict on the additions: not reproduced.** Both made the Transformer worse, on both
-# series. A 36-month window holds three full years, so the calendar month is already written
-# in the values' own cycle; the embedding adds twelve vectors to fit and nothing new.
-# ProbSparse gives all but 8 of the 36 queries the plain mean of the values, throwing away the
-# step-by-step detail a forecaster lives on.
+# - **The read-out decides more than attention does.** With the last-state head the
+#   Transformer is the worst of the three on both series (0.0059 on CO₂, 0.0153 on the
+#   synthetic series); with the flattened head every model improves, the LSTM and the TCN
+#   too (on the synthetic series the LSTM drops from 0.0128 to 0.0103, the best trained
+#   model of all). The old comparison gave the flat head to the Transformer alone.
+# - **C26 holds with either head, on both series.** Last-state head: the TCN (0.0050) and the
+#   LSTM (0.0053) beat the Transformer (0.0059) on CO₂; on the synthetic series both beat it
+#   (0.0130 and 0.0128 against 0.0153). Flat head: on CO₂ the Transformer is the best
+#   (0.0039) but the TCN is within `AS_GOOD` of it (0.0041); on the synthetic series the LSTM
+#   and the TCN beat it.
+# - **Attention is not what the Transformer forecaster brings.** Replace it by the identity
+#   and nothing gets worse: 0.0041 against 0.0039 on CO₂, within `AS_GOOD`, and 0.0128 against
+#   0.0153 on the synthetic series, *better*. A month's own value, its position and the flat
+#   head do the work; mixing the months adds nothing on 36-month inputs.
+# - **The additions** help on the synthetic series (the calendar embedding 0.0132, ProbSparse
+#   on top 0.0135, both below the plain 0.0153) and hurt on CO₂ (0.0042 and 0.0042 against
+#   0.0039).
+# - **DLinear** (888 parameters) beats every Transformer variant on the synthetic series
+#   (0.0120) and none of the flat-head ones on CO₂ (0.0048).
+# - Every trained model is far below the seasonal copy on CO₂ (0.0293): the copy is a year
+#   behind the trend, which is exactly what a last-value normalised model corrects.
 #
-# **Verdict on the anchor, Zeng et al.: partly reproduced.** Against the kind of model they
-# tested, a Transformer with time-stamp encodings and sparse attention, DLinear wins on both
-# series, with 888 parameters against 22,892, and on the synthetic series it beats every model
-# here. But a plain Transformer given the same last-value normalisation beats DLinear on CO₂ —
-# which is where the field went next: later Transformer forecasters (PatchTST among them)
+# With 95 test windows from a single decade of CO₂ and three seeds, differences of a few
+# ten-thousandths are within what a seed moves (the seed ranges are printed beside the means),
+# so the verdicts below rest on the thresholds, and the sceptic's sweep above re-runs all of
+# it with seeds 3–5 and with three times the budget (600 steps, every model re-tuned).
+#
+# **Verdict on C26: reproduced**, and it survives the sweep: with the same head and the same
+# tuning, a tuned LSTM or TCN is as good as the Transformer on both series and with both
+# heads at 200 steps, on seeds 3–5, and at 600 steps (where every model improves; on CO₂ the
+# flat Transformer is then best, 0.00316, with the LSTM and the TCN within 10 %). What the
+# earlier, unequal comparison read as "the Transformer wins on CO₂" was its flattening head.
+#
+# **Verdict on attention in the forecaster: not reproduced at 200 steps** (seeds 0–2 and
+# 3–5: without attention the error is no worse than `AS_GOOD`), **partly at 600** (on CO₂
+# attention then lowers the error by more than 10 %, 0.00316 against 0.00359; on the
+# synthetic series the model without it is still better).
+#
+# **Verdict on the additions: partly**, at every setting of the sweep, but not for the same
+# reason: the calendar embedding and ProbSparse hurt on CO₂ every time, and on the synthetic
+# series one or both help, by margins from under 1 % to 14 % that change with the seeds. A
+# 36-month window holds three full years, so the calendar month is already written in the
+# values' own cycle; ProbSparse gives all but 8 of the 36 queries the plain mean of the
+# values. Neither is a reliable gain here.
+#
+# **Verdict on the anchor, Zeng et al.: partly at seeds 0–2 and at 600 steps, not reproduced
+# on seeds 3–5.** DLinear, with 888 parameters, beats every Transformer variant on the
+# synthetic series at seeds 0–2 (0.0120) and at 600 steps, but on seeds 3–5 the
+# Informer-style model edges it there (0.01157 against 0.01207), and on CO₂ the flat-head
+# Transformers beat it everywhere. Later Transformer forecasters (PatchTST among them)
 # recovered their lead over linear models largely through such normalisation and by grouping
 # time steps into patches, the same move ViT made for images.
 #
@@ -1448,8 +1603,7 @@ def train_reader(seed: int):
 readers = {seed: train_reader(seed) for seed in progress(SEEDS, desc="quadrant reader")}
 read_accuracy = spread([r["accuracy"] for r in readers.values()])
 read_mass = {
-    w: spread([float(r["mass"][i]) for r in readers.values()])
-    for i, w in enumerate(QUADRANTS)
+    w: spread([float(r["mass"][i]) for r in readers.values()]) for i, w in enumerate(QUADRANTS)
 }
 print(f"digit read correctly: {read_accuracy.format('.3f')}")
 for word, s in read_mass.items():
@@ -1501,7 +1655,15 @@ record_claim(
 # were learned together, from the loss alone. This is the mechanism by which captioning and
 # visual question-answering models let a word "look" at a region, and, as in chapter 5, a
 # heat map of it shows where a query read, not why the model answered as it did (chapter 9).
-# **Verdict on the cross-attention part of C27: reproduced.**
+#
+# Be clear about what the "words" are: four learned query vectors, one per slot, with no
+# text in them — no tokens, no embedding shared with a vocabulary, nothing a caption could
+# change. What the experiment shows is the mechanism's half of the claim: a query vector and
+# the patches' position embeddings can learn to meet, so that a query reads one region of
+# the image. That real text tokens, computed from a sentence, learn to address the right
+# patches (grounding "the dog on the left") is not tested here; a model would need a text
+# encoder and captions that vary. **Verdict on the cross-attention part of C27: reproduced,
+# for learned queries** (DETR's object queries and Perceiver's latents are exactly this).
 #
 # ### A tiny CLIP
 #
@@ -1544,6 +1706,7 @@ claims07.assert_clip_uniform_loss(uniform_loss, B_CHECK)
 # *test* digits, one per caption: for each picture, is its own caption the most similar of
 # the 100 (image → text), and for each caption, is its own picture (text → image)? Chance is
 # 1 in 100 each way.
+
 
 # %%
 #| export
@@ -1695,43 +1858,44 @@ def contrastive_loss_floor(batch_size: int, logit_scale: float) -> float:
 # temperature matters if the runs at $\tau = 1$ retrieve worse on average in both directions.
 
 # %% tags=["nbval-check-output"] tolerance="trained"
-CLIP_STEPS = 250
+CLIP_STEPS = claims07.C27_STEPS  # 250
+START = claims07.CLIP_START_SCALE  # 1/0.07 ≈ 14.3, CLIP's initial scale
+SCALES = {None: "learned τ", START: "1/τ = 14.3", 1.0: "τ = 1"}
 train_pairs = (data.train_images, data.train_labels)
 test_pairs = (data.test_images, data.test_labels)
 clip_runs = {
     (scale, seed): train_clip(
         train_pairs, test_pairs, seed=seed, steps=CLIP_STEPS, logit_scale=scale
     )
-    for scale in (None, 1.0)
+    for scale in SCALES
     for seed in progress(SEEDS, desc="tiny CLIP")
 }
 retrieval = {
     (scale, direction): spread([clip_runs[scale, s][direction] for s in SEEDS])
-    for scale in (None, 1.0)
+    for scale in SCALES
     for direction in ("image_to_text", "text_to_image")
 }
 floor_at_1 = contrastive_loss_floor(32, 1.0)
 final_loss = {
     scale: spread([sum(clip_runs[scale, s]["losses"][-20:]) / 20 for s in SEEDS])
-    for scale in (None, 1.0)
+    for scale in SCALES
 }
-for scale in (None, 1.0):
-    name = "learned τ" if scale is None else "τ = 1   "
-    print(f"{name}: image → text {retrieval[scale, 'image_to_text'].format('.2f')}, "
+for scale, name in SCALES.items():
+    print(f"{name:>10}: image → text {retrieval[scale, 'image_to_text'].format('.2f')}, "
           f"text → image {retrieval[scale, 'text_to_image'].format('.2f')}; "
           f"final loss {final_loss[scale].format('.3f')}")  # fmt: skip
 learned_scales = [clip_runs[None, s]["final_scale"] for s in SEEDS]
 print(f"learned 1/τ after training: {', '.join(f'{v:.1f}' for v in learned_scales)} "
-      f"(start {1 / 0.07:.1f}); lowest possible loss at τ = 1, B = 32: {floor_at_1:.3f}; "
+      f"(start {START:.1f}); lowest possible loss at τ = 1, B = 32: {floor_at_1:.3f}; "
       f"chance loss ln 32 = {math.log(32):.3f}")  # fmt: skip
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-for scale, label in ((None, "learned τ"), (1.0, "τ = 1")):
+colours = {None: "tab:blue", START: "tab:green", 1.0: "tab:orange"}
+for scale, label in SCALES.items():
     for s in SEEDS:
-        axes[0].plot(moving_average(clip_runs[scale, s]["losses"], 10),
-                     color="tab:blue" if scale is None else "tab:orange", lw=1,
-                     label=f"{label}" if s == 0 else None)  # fmt: skip
+        axes[0].plot(moving_average(clip_runs[scale, s]["losses"], 10), color=colours[scale],
+                     lw=1, label=label if s == 0 else None)  # fmt: skip
 reference_line(axes[0], math.log(32), "chance: ln 32")
 reference_line(axes[0], floor_at_1, "lowest loss possible at τ = 1", color="tab:red")
 axes[0].set_title("tiny CLIP training loss (10-step mean, 3 seeds each)")
@@ -1740,31 +1904,47 @@ axes[0].set_ylabel("symmetric contrastive loss (nats)")
 axes[0].legend()
 plot_bar_spread(
     {
-        "image → text\nlearned τ": retrieval[None, "image_to_text"].values,
-        "text → image\nlearned τ": retrieval[None, "text_to_image"].values,
-        "image → text\nτ = 1": retrieval[1.0, "image_to_text"].values,
-        "text → image\nτ = 1": retrieval[1.0, "text_to_image"].values,
+        f"{arrow}\n{label}": retrieval[scale, direction].values
+        for scale, label in SCALES.items()
+        for arrow, direction in (
+            ("image → text", "image_to_text"),
+            ("text → image", "text_to_image"),
+        )
     },
     title="C27: retrieval among 100 held-out pairs",
     ylabel="top-1 retrieval accuracy",
     reference=(0.01, "chance (1 in 100)"),
     ax=axes[1],
 )
+axes[1].tick_params(axis="x", labelsize=8)
 fig.tight_layout()
 
+
 # %%
-learned_retrieval = dict(
-    image_to_text=retrieval[None, "image_to_text"].values,
-    text_to_image=retrieval[None, "text_to_image"].values,
-)
+def both(scale):
+    return retrieval[scale, "image_to_text"].values, retrieval[scale, "text_to_image"].values
+
+
+learned_retrieval = dict(zip(("image_to_text", "text_to_image"), both(None), strict=True))
 claims07.assert_c27_clip_aligns(**learned_retrieval)
-by_scale = dict(
-    learned=(retrieval[None, "image_to_text"].values, retrieval[None, "text_to_image"].values),
-    fixed=(retrieval[1.0, "image_to_text"].values, retrieval[1.0, "text_to_image"].values),
-)
 claims07.assert_c27_temperature_matters(
-    **by_scale, fixed_losses=final_loss[1.0].values, floor=floor_at_1
+    learned=both(None), fixed=both(1.0), fixed_losses=final_loss[1.0].values, floor=floor_at_1
 )
+c27_verdicts = {
+    "C27 CLIP": claims07.c27_clip_verdict(**learned_retrieval),
+    "C27 τ": claims07.c27_temperature_verdict(learned=both(None), fixed=both(1.0)),
+    "C27 τ learned": claims07.c27_learning_verdict(learned=both(None), fixed_large=both(START)),
+}
+print(c27_verdicts, f"(learning 'helps' by more than LEARN_MARGIN = {claims07.LEARN_MARGIN})")
+for claim in c27_verdicts:
+    print(sweep_summary(claim))
+
+
+def retrieval_text(scale) -> str:
+    return (f"image → text {retrieval[scale, 'image_to_text'].format('.2f')}, text → image "
+            f"{retrieval[scale, 'text_to_image'].format('.2f')}")  # fmt: skip
+
+
 record_claim(
     "C27 CLIP",
     claim="CLIP aligns paired image and text embeddings by a contrastive loss, after "
@@ -1772,20 +1952,25 @@ record_claim(
     experiment=f"tiny CLIP (1-layer ViT + 1-layer text encoder, CLIPHead to width 32) on "
     f"two-digit pictures and captions, {CLIP_STEPS} steps, 3 seeds; retrieval among 100 test "
     "pairs",
-    verdict=claims07.c27_clip_verdict(**learned_retrieval),
-    measured=f"image → text {retrieval[None, 'image_to_text'].format('.2f')}, text → image "
-    f"{retrieval[None, 'text_to_image'].format('.2f')} (chance 0.01); loss with equal logits "
+    verdict=c27_verdicts["C27 CLIP"],
+    measured=f"{retrieval_text(None)} (chance 0.01); loss with equal logits "
     f"= ln B to {abs(uniform_loss - math.log(B_CHECK)):.0e}",
 )
 record_claim(
     "C27 τ",
-    claim="The temperature matters: cosine logits need a scale (CLIP learns 1/τ)",
+    claim="Cosine logits need a large scale 1/τ",
     experiment="the same tiny CLIP with 1/τ fixed at 1, 3 seeds",
-    verdict=claims07.c27_temperature_verdict(**by_scale),
-    measured=f"τ = 1: image → text {retrieval[1.0, 'image_to_text'].format('.2f')}, text → "
-    f"image {retrieval[1.0, 'text_to_image'].format('.2f')}; final loss "
-    f"{final_loss[1.0].format('.2f')} ≥ floor {floor_at_1:.2f}; learned 1/τ "
-    f"{min(learned_scales):.1f}–{max(learned_scales):.1f}",
+    verdict=c27_verdicts["C27 τ"],
+    measured=f"τ = 1: {retrieval_text(1.0)}; final loss {final_loss[1.0].format('.2f')} ≥ "
+    f"floor {floor_at_1:.2f}; learned: {retrieval_text(None)}",
+)
+record_claim(
+    "C27 τ learned",
+    claim="Learning the temperature (as CLIP does) helps, over fixing it",
+    experiment="the same tiny CLIP with 1/τ fixed at CLIP's start, 1/0.07 ≈ 14.3, 3 seeds",
+    verdict=c27_verdicts["C27 τ learned"],
+    measured=f"fixed 14.3: {retrieval_text(START)}; learned: {retrieval_text(None)}, ending at "
+    f"1/τ {min(learned_scales):.1f}–{max(learned_scales):.1f}",
 )
 
 # %% [markdown]
@@ -1794,17 +1979,31 @@ record_claim(
 # seed above the threshold, without a single class label. With $\tau = 1$ both directions drop
 # to about 0.2, and the loss stalls at 2.73, close to the lowest value that scale allows
 # (2.488) and far from the learned runs' 0.99: cosine logits confined to $[-1, 1]$ cannot
-# express a confident match. (The learned runs *start* above $\ln 32$: at a scale of 14.3,
-# random embeddings give confident, wrong logits.) The learned scale ends near 16, a little
-# above its start, 14.3. So the experiment shows that the scale must be large; it does not
-# show that *learning* it beats fixing it near 14.3, which it did not try.
+# express a confident match. (The gradient does not vanish there: the right pair's logit
+# still gets $p - 1 \approx -0.9$; what is missing is room, since no cosine can rise above
+# 1.) The learned runs *start* above $\ln 32$: at a scale of 14.3, random embeddings give
+# confident, wrong logits.
+#
+# The third arm settles what the temperature experiment shows. With $1/\tau$ *fixed* at
+# CLIP's starting value, 14.3, and never learned, retrieval is the same as with the learned
+# one (0.33 and 0.43); the learned scale itself only drifts to about 16. So the experiment
+# shows that **a large scale is needed**, not that learning it helps ("C27 τ learned": not
+# reproduced, by the margin `LEARN_MARGIN` = 0.05, the sampling error of 100 test pairs). In
+# CLIP, learning $\tau$ saves a hyper-parameter search; here one guess of the right size
+# does as well.
+#
+# The budget is short: the loss is still falling at step 250. The sweep trains three times as
+# long: retrieval rises to 0.397 and 0.477, and every verdict above holds (τ = 1 stays near 0.2,
+# the fixed 14.3 stays level with the learned scale), and so do they on seeds 3–5 (the sweep
+# is printed above, below the verdicts).
 #
 # What the small scale cannot show: zero-shot transfer, CLIP's reason for being, which needs
 # hundreds of millions of web pairs and an open vocabulary; ours has ten tokens, so retrieval
 # here is a matching problem. The mechanism the claim describes — two encoders, a projection
 # to a shared width, a symmetric contrastive loss, a temperature — is what we built and
-# measured. **Verdict on C27: reproduced**, for both the cross-attention and the contrastive
-# alignment.
+# measured. **Verdict on C27: reproduced**, for the cross-attention (with learned queries) and
+# the contrastive alignment, at 250 steps and at 750, on both sets of seeds; the scale must
+# be large, and learning it did not beat fixing it.
 #
 # ## Claims checked
 
@@ -1824,20 +2023,23 @@ claims_table()
 # - Windows are islands unless the grid moves. The shifted window is what lets information
 #   cross, and without it a model provably cannot see past a border — which the trained model
 #   showed as chance accuracy exactly there.
-# - For forecasting, a fair comparison needs a split in time, one budget, several seeds and a
-#   seasonal-naive line to beat. On our two series no architecture won everywhere; the
-#   additions meant to help Transformers (calendar embeddings, ProbSparse) hurt at this input
-#   length, and a linear model with 888 parameters was the best on one series and beat the
-#   Informer-style model on both.
-# - Cross-attention lets words read image regions; contrastive learning aligns two encoders
-#   without labels, provided the temperature lets the logits be confident.
+# - For forecasting, a fair comparison needs a split in time, one budget, several seeds, the
+#   same read-out and tuning for every model, and a seasonal-naive line to beat. Given the
+#   same head, a tuned LSTM or TCN is as good as the Transformer on both series; the head
+#   (last state or all of them flattened) moves the errors more than the mixing does, and
+#   the Transformer without attention does as well as with it. A linear model with 888
+#   parameters was the best on the synthetic series.
+# - Cross-attention lets learned queries read image regions; contrastive learning aligns two
+#   encoders without labels, provided the scale $1/\tau$ lets the logits be confident — a
+#   large fixed scale does as well as a learned one here.
 #
 # ## Exercises
 #
-# Your workbook `my-exercises/07_variants_by_task.py` (`make lab` copies it there) has five: cut
+# Your workbook `my-exercises/07_variants_by_task.py` (`make lab` copies it there) has six: cut
 # images into patch tokens (in the order the patch embedding expects); write Swin's
 # shifted-window attention (and roll it back); write CLIP's symmetric loss (both directions);
-# count the attention scores of a ViT layer; and write the seasonal-naive forecast. Check your
+# count the attention scores of a ViT layer; write the seasonal-naive forecast; and predict,
+# then run, CLIP with its scale fixed at 5. Check your
 # answers in the notebook, or all at once with `make check CH=07`.
 #
 # ## Further reading

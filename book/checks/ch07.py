@@ -275,3 +275,41 @@ def _naive(candidate):
         expect_close(
             call, got, expected, hint="for horizon > period, repeat the period: t mod period"
         )
+
+
+# --- 07.6 predict, then run: CLIP's temperature fixed at 5 -----------------------------------
+
+EXERCISE_SCALE = 5.0
+
+
+@register("07.6", title="Predict, then run: CLIP with 1/τ fixed at 5")
+def check_predict_fixed_scale(predict, *, outcome) -> None:
+    """The learner predicted C27 τ's verdict with the scale fixed at 5 instead of 1, then ran
+    :func:`book.claims.ch07.c27_temperature_sweep_run` with that scale."""
+    from book.checks.helpers import check_prediction
+
+    numbers = getattr(outcome, "numbers", {})
+    if numbers.get("fixed 1/τ") != EXERCISE_SCALE:
+        raise CheckFailed(
+            f"the run was made with 1/τ fixed at {numbers.get('fixed 1/τ')!r}, not "
+            f"{EXERCISE_SCALE:g}: pass fixed_scale={EXERCISE_SCALE:g} to "
+            "c27_temperature_sweep_run (the chapter's setting is 1)"
+        )
+    floor = "ln(1 + 31·e^(−5·32/31)) ≈ 0.16"
+    check_prediction(
+        predict,
+        outcome,
+        setting=f"1/τ fixed at {EXERCISE_SCALE:g}",
+        why={
+            "reproduced": "The verdict asks only whether the fixed scale retrieves worse on "
+            "average in both directions, and it does, but by a few pairs of 100: at 1/τ = 5 the "
+            f"lowest reachable loss is {floor}, far below τ = 1's 2.49, so the cosines can "
+            "already express a confident match. A scale of 5 is most of what is needed; the "
+            "gap left is about one seed's noise.",
+            "partly": "The fixed scale retrieves worse in one direction only: at 1/τ = 5 the "
+            f"floor of the loss is {floor}, so a confident match is possible and the two "
+            "runs differ by about a seed's noise.",
+            "not reproduced": "At 1/τ = 5 the loss can fall to " + floor + ", so nothing stops "
+            "a confident match: the fixed scale retrieves as well as the learned one.",
+        },
+    )

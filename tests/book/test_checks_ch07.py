@@ -14,8 +14,8 @@ from tests.book.check_outcomes import fails, run_check
 EXERCISES = {ex.id: ex for ex in exercises_for_chapter("07")}
 
 
-def test_all_five_exercises_are_registered():
-    assert sorted(EXERCISES) == ["07.1", "07.2", "07.3", "07.4", "07.5"]
+def test_all_six_exercises_are_registered():
+    assert sorted(EXERCISES) == ["07.1", "07.2", "07.3", "07.4", "07.5", "07.6"]
 
 
 # --- 07.1 -------------------------------------------------------------------------------------
@@ -107,3 +107,45 @@ def test_seasonal_naive():
     fails("07.5", lambda h, n, p: h[:, -p - 1 : -1][:, torch.arange(n) % p], "off by one")
     fails("07.5", lambda h, n, p: h[:, -p:][:, : min(n, p)], "shape")
     fails("07.5", lambda h, n, p: naive_right(h, n, p) + 1, "t mod period")
+
+
+# --- 07.6 -------------------------------------------------------------------------------------
+
+
+def _run_07_6(verdict: str, scale: float = 5.0):
+    from book.sceptic import Outcome
+
+    numbers = {"seeds": [0], "steps": 250, "learned: image → text": 0.37,
+               "fixed: image → text": 0.32, "fixed 1/τ": scale}  # fmt: skip
+    return Outcome(verdict, numbers)
+
+
+def _check_07_6(prediction: str, outcome) -> None:
+    EXERCISES["07.6"].check(lambda: prediction, outcome=outcome)
+
+
+def test_predict_fixed_scale_passes_the_runs_verdict():
+    _check_07_6("reproduced", _run_07_6("reproduced"))
+    _check_07_6("not reproduced", _run_07_6("not reproduced"))
+
+
+def test_predict_fixed_scale_explains_a_miss():
+    import pytest
+
+    from book.checks import CheckFailed
+
+    with pytest.raises(CheckFailed, match="you predicted 'not reproduced'.*by a few pairs"):
+        _check_07_6("not reproduced", _run_07_6("reproduced"))
+    with pytest.raises(CheckFailed, match="retrieves as well as the learned"):
+        _check_07_6("reproduced", _run_07_6("not reproduced"))
+
+
+def test_predict_fixed_scale_rejects_the_unchanged_baseline():
+    import pytest
+
+    from book.checks import CheckFailed
+
+    with pytest.raises(CheckFailed, match="fixed at 1.0, not 5"):
+        _check_07_6("reproduced", _run_07_6("reproduced", scale=1.0))
+    with pytest.raises(CheckFailed, match="fixed at None"):
+        _check_07_6("reproduced", object())

@@ -226,6 +226,83 @@ def test_forecast_mse_and_training_are_reproducible():
     assert a["val_mse"] == pytest.approx(pages.forecast_mse(a["model"], split.val))
 
 
+def _copy_into(target, source_state):
+    missing, unexpected = target.load_state_dict(source_state, strict=False)
+    assert not unexpected, unexpected
+    return missing
+
+
+def test_forecaster_last_read_out_equals_the_librarys_lstm_and_tcn():
+    from attention.timeseries import LSTMForecaster, TCNForecaster
+
+    history = torch.randn(3, 36, generator=_gen(1))
+    ref = LSTMForecaster(36, 12, 8)
+    ours = pages.Forecaster(pages.LSTMBody(8), 8, 36, 12, "last")
+    ours.body.lstm.load_state_dict(ref.lstm.state_dict())
+    ours.head.load_state_dict(ref.head.state_dict())
+    torch.testing.assert_close(ours(history), ref(history))
+    ref = TCNForecaster(36, 12, 6)
+    ours = pages.Forecaster(pages.TCNBody(36, 6), 6, 36, 12, "last")
+    assert ours.body.dilations == ref.dilations
+    ours.body.load_state_dict({k: v for k, v in ref.state_dict().items() if "head" not in k})
+    ours.head.load_state_dict(ref.head.state_dict())
+    torch.testing.assert_close(ours(history), ref(history))
+
+
+def test_forecaster_flat_read_out_equals_the_librarys_transformer():
+    from attention.timeseries import TransformerForecaster
+
+    history, phase = torch.randn(3, 36, generator=_gen(2)), torch.arange(36).repeat(3, 1) % 12
+    ref = TransformerForecaster(36, 12, d_model=8, num_heads=2, num_layers=1, d_ff=16, period=12)
+    ours = pages.Forecaster(pages.TransformerBody(36, 8, 2, 16, period=12), 8, 36, 12, "flat")
+    ours.body.load_state_dict({k: v for k, v in ref.state_dict().items() if "head" not in k})
+    ours.head.load_state_dict(ref.head.state_dict())
+    torch.testing.assert_close(ours(history, phase), ref(history, phase))
+    with pytest.raises(ValueError, match="read_out must be"):
+        pages.Forecaster(pages.LSTMBody(4), 4, 36, 12, "mean")
+
+
+def test_no_attention_keeps_every_month_to_itself_and_dense_does_not():
+    history = torch.randn(1, 12, generator=_gen(3))
+    changed = history.clone()
+    changed[0, 3] += 1.0
+    for attn_fn, only_month_3 in ((pages.no_attention, True), (None, False)):
+        torch.manual_seed(0)
+        body = pages.TransformerBody(12, 8, 2, 16, attn_fn=attn_fn)
+        moved = (body(changed) - body(history)).abs().sum(-1)[0] > 0  # (12,)
+        assert moved[3] and bool(moved.sum() == 1) == only_month_3
+
+
+def test_tcn_body_is_causal():
+    body = pages.TCNBody(36, 4)
+    history = torch.randn(1, 36, generator=_gen(4))
+    changed = history.clone()
+    changed[0, 20] += 1.0
+    moved = (body(changed) - body(history)).abs().sum(-1)[0] > 0  # (36,)
+    assert not moved[:20].any() and moved[20]
+
+
+def test_tune_and_train_widens_the_grid_until_the_choice_is_inside():
+    values, phase = pages.synthetic_series(200)
+    split = pages.forecast_split(values, phase, lookback=24, horizon=6)
+
+    def build():
+        return LastValueNormalization(DLinear(24, 6, kernel_size=5))
+
+    out = pages.tune_and_train(build, split, grid=(1e-4, 3e-4), seeds=[0, 1], steps=5)
+    grid = out["grid"]
+    assert set(out["val"]) == set(grid) and out["lr"] == min(grid, key=out["val"].get)
+    assert out["lr"] != grid[-1] or grid[-1] * grid[-1] / grid[-2] > 0.1  # inside, or at the cap
+    assert len(grid) > 2  # 3e-4 for 5 steps is too small: the grid grew upwards
+    assert len(out["runs"]) == 2
+    assert (
+        out["runs"][1]["test_mse"]
+        == pages.train_forecaster(build, split, steps=5, lr=out["lr"], seed=1, batch_size=16)[
+            "test_mse"
+        ]
+    )
+
+
 # ------------------------------------------------------------------------------------------
 # Multimodal
 # ------------------------------------------------------------------------------------------

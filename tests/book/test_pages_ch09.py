@@ -196,6 +196,40 @@ def test_importances_and_adversary_shapes():
     torch.testing.assert_close(adv.weights.sum(-1), torch.ones(5, 2))
 
 
+def test_trivial_adversaries_are_uniform_and_permuted_weights_put_through_the_model():
+    torch.manual_seed(0)
+    model = ch09.DigitsAttention()
+    images = torch.rand(4, 8, 8)
+    controls = ch09.trivial_adversaries(model, images, seed=3)
+    with torch.no_grad():
+        own = model.run(images)
+    w0 = own["weights"][-1][:, :, 0]  # (4, H, 9)
+    torch.testing.assert_close(controls["uniform"].weights, torch.full_like(w0, 1 / 9))
+    # permuted: each image's weights are a permutation of its own, the same one for each head
+    for b in range(4):
+        perm = controls["permuted"].weights[b]  # (H, 9)
+        torch.testing.assert_close(perm.sort(-1).values, w0[b].sort(-1).values)
+    for name, adv in controls.items():
+        # the reference: the full model run with these [CLS] weights
+        with torch.no_grad():
+            p = model.run(images, cls_weights=adv.weights)["logits"].softmax(-1)
+        p0 = own["logits"].softmax(-1)
+        torch.testing.assert_close(adv.output_change, 0.5 * (p - p0).abs().sum(-1))
+        assert torch.equal(adv.same_prediction, p.argmax(-1) == p0.argmax(-1)), name
+        torch.testing.assert_close(adv.jsd, ch09.jensen_shannon(adv.weights, w0).mean(1))
+
+
+def test_meets_criterion_needs_far_weights_a_small_change_and_the_same_class():
+    adv = ch09.Adversary(
+        jsd=torch.tensor([0.5, 0.5, 0.1, 0.5]),
+        output_change=torch.tensor([0.005, 0.02, 0.005, 0.005]),
+        same_prediction=torch.tensor([True, True, True, False]),
+        weights=torch.zeros(4, 2, 9),
+    )
+    got = ch09.meets_criterion(adv, far=0.3, tol=0.01)
+    assert got.tolist() == [True, False, False, False]
+
+
 # ------------------------------------------------------------------------------------------
 # 9.3 C30
 # ------------------------------------------------------------------------------------------

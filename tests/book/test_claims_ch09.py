@@ -68,9 +68,7 @@ def test_c29_verdict_gives_each_verdict():
     # one seed where the adversary is rare beyond the controls: only the ranking part holds
     assert ch09.c29_verdict([0.1, 0.2, 0.15], [0.6, 0.4, 0.55], low, **kw) == "partly"
     # the adversary is frequent, but in one seed trivial weights pass for most images too
-    assert ch09.c29_verdict([0.1, 0.2, 0.15], [0.6, 0.7, 0.55], [0.1, 0.5, 0.2], **kw) == (
-        "partly"
-    )
+    assert ch09.c29_verdict([0.1, 0.2, 0.15], [0.6, 0.7, 0.55], [0.1, 0.5, 0.2], **kw) == ("partly")
     assert ch09.c29_verdict([0.7, 0.8, 0.6], [0.1, 0.2, 0.3], low, **kw) == "not reproduced"
     with pytest.raises(ValueError, match="one value per seed"):
         ch09.c29_verdict([], [0.6], [0.1], **kw)

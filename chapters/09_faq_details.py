@@ -1317,6 +1317,7 @@ record_claim(
 assert_stated("C30", c30, stated="reproduced")
 print("C30 under the sceptic's sweep (stored; failed runs of 6 per layout and warm-up):")
 print(sweep_summary("C30", keys=["Post-LN warm-up 0", "Post-LN warm-up 40", "Pre-LN warm-up 0",
+                                 "Post-LN warm-up 40 best final loss",
                                  "Pre-LN warm-up 0 best final loss"]))  # fmt: skip
 assert_stated("C30, depth 6", swept("C30")["depth 6"], stated="not reproduced")
 assert_stated("C30, 450 steps", swept("C30")["450 steps"], stated="reproduced")

@@ -373,13 +373,20 @@ def softmax_sweep_run(
 
 
 def c30_sweep_run(
-    *, seeds: Sequence[int], steps: int, depth: int, lrs: Sequence[float], warmup: int = 40
+    *,
+    seeds: Sequence[int],
+    steps: int,
+    depth: int,
+    lrs: Sequence[float],
+    warmup: int = 40,
+    init: str = "torch",
 ) -> Outcome:
     """C30's verdict (:func:`c30_verdict`) as the chapter computes it: failed runs
     (:func:`run_failed` on the mean loss of the last 20 steps) of ``depth``-layer stacks,
     Post-LN without and with ``warmup`` steps of warm-up and Pre-LN without, one run per
-    (learning rate in ``lrs``, seed)."""
+    (learning rate in ``lrs``, seed), initialised by ``init`` (``"torch"`` or ``"xavier"``)."""
     setup = {"steps": steps, "batch_size": 16, "length": 8, "d_model": 16, "vocab": 16}
+    setup |= {"init": init}
     failures, best = {}, {}
     for pre, warm in ((False, 0), (False, warmup), (True, 0)):
         runs = page.train_depth(depth, pre_ln=pre, lrs=lrs, warmup=warm, seeds=seeds, **setup)
@@ -389,7 +396,8 @@ def c30_sweep_run(
         low = min(finals)  # inf: every run went non-finite
         best[f"{key[0]} warm-up {warm} best final loss"] = round(low, 3) if low < 1e9 else None
     numbers = {f"{layout} warm-up {w}": v for (layout, w), v in failures.items()}
-    numbers |= {"runs": len(lrs) * len(seeds), "depth": depth, "steps": steps} | best
+    numbers |= {"runs": len(lrs) * len(seeds), "depth": depth, "steps": steps, "init": init}
+    numbers |= best
     return Outcome(c30_verdict(failures, min_gap=MIN_GAP), numbers)
 
 
@@ -470,11 +478,22 @@ SCEPTIC_SWEEPS = (
     Sweep(
         "C30",
         run=c30_sweep_run,
-        baseline={"seeds": [0, 1, 2], "steps": 150, "depth": 12, "lrs": [1e-3, 1e-2]},
+        baseline={
+            "seeds": [0, 1, 2],
+            "steps": 150,
+            "depth": 12,
+            "lrs": [1e-3, 1e-2],
+            "init": "torch",
+        },
         perturbations=(
             Perturbation("seeds 3–5", "three other seeds", {"seeds": [3, 4, 5]}),
             Perturbation("depth 6", "6 layers instead of 12 (the claim's knob)", {"depth": 6}),
             Perturbation("450 steps", "a 3× longer training budget", {"steps": 450}),
+            Perturbation(
+                "Xavier init",
+                "Xavier-uniform weight matrices instead of torch's defaults",
+                {"init": "xavier"},
+            ),
             Perturbation(
                 "lr 0.003, 0.03",
                 "learning rates 0.003 and 0.03 instead of 0.001 and 0.01",

@@ -432,7 +432,7 @@ def layer_gradient_norms(
     token_loss(model, batch).backward()
     return [float(layer.ff.linear2.weight.grad.norm()) for layer in model.layers]
 
-# %% ../../chapters/09_faq_details.py #3b9f615d0cdb
+# %% ../../chapters/09_faq_details.py #c8a0f57817a5
 class StackedRuns(nn.Module):
     """Several :class:`TokenStack` runs trained at once, each with its own seed and learning
     rate factor, by one :func:`fit` call (see the text above). The runs share nothing: their
@@ -451,8 +451,10 @@ class StackedRuns(nn.Module):
         d_model: int = 16,
         vocab: int = 16,
         length: int = 12,
+        init: str = "torch",
     ):
         super().__init__()
+        check_choice("init", init, ("torch", "xavier"))
         if len(seeds) != len(lr_factors) or not seeds:
             raise ValueError(
                 f"seeds and lr_factors must be non-empty and of one length, got {len(seeds)} "
@@ -464,6 +466,10 @@ class StackedRuns(nn.Module):
             torch.manual_seed(seed)
             self.models.append(TokenStack(num_layers, pre_ln=pre_ln, d_model=d_model,
                                           vocab=vocab, length=length))  # fmt: skip
+            if init == "xavier":  # Xavier-uniform weight matrices (the 2017 recipe), same seed
+                for m in self.models[-1].modules():
+                    if isinstance(m, nn.Linear):
+                        nn.init.xavier_uniform_(m.weight)
         self.num_heads = self.models[0].layers[0].self_attn.num_heads
         self.register_buffer("factors", torch.tensor([float(f) for f in lr_factors]))
         self.stored = nn.ParameterDict()
@@ -547,7 +553,7 @@ class StackedRuns(nn.Module):
             x = norm(x, "norm")  # the final LayerNorm
         return linear(x, "out").view(r, b, l, -1)  # (R, B, L, V)
 
-# %% ../../chapters/09_faq_details.py #26c8804cf55e
+# %% ../../chapters/09_faq_details.py #89e15d4d80f9
 def train_depth(
     num_layers: int,
     *,
@@ -560,14 +566,17 @@ def train_depth(
     batch_size: int = 32,
     vocab: int = 16,
     length: int = 12,
+    init: str = "torch",
 ) -> dict[tuple[float, int], list[float]]:
     """Train one :class:`TokenStack` per (learning rate, seed) on :func:`shift_batch` with Adam
     (no clipping) and ``warmup`` steps of :func:`linear_warmup` (0: none), all at once
-    (:class:`StackedRuns`). Returns ``(lr, seed) -> the run's loss at every step``."""
+    (:class:`StackedRuns`; ``init="xavier"``: Xavier-uniform weight matrices). Returns
+    ``(lr, seed) -> the run's loss at every step``."""
     runs = [(lr, seed) for lr in lrs for seed in seeds]
     top = max(lrs)
     model = StackedRuns([s for _, s in runs], [lr / top for lr, _ in runs], num_layers,
-                        pre_ln=pre_ln, d_model=d_model, vocab=vocab, length=length)  # fmt: skip
+                        pre_ln=pre_ln, d_model=d_model, vocab=vocab, length=length,
+                        init=init)  # fmt: skip
     generators = [torch.Generator().manual_seed(seed + 1) for _, seed in runs]
     per_run: list[list[float]] = [[] for _ in runs]
 

@@ -221,7 +221,7 @@ def test_the_chapter_records_no_literal_verdict():
     assert source.count("record_claim(") == 5
     assert not re.findall(r"verdict\s*=\s*[\"']", source)
     # one per recorded claim, and one per swept setting the prose names (stored sweep)
-    assert source.count("assert_stated(") == 5 + 6
+    assert source.count("assert_stated(") == 5 + 7
     assert source.count('assert_stated("Q-softmax, ') == 1
 
 
@@ -254,6 +254,7 @@ def test_c30_sweep_run_judges_a_tiny_run():
     out = ch09.c30_sweep_run(seeds=[0], steps=3, depth=2, lrs=[1e-3])
     assert out.verdict in VERDICTS
     assert out.numbers["runs"] == 1
+    assert out.numbers["init"] == "torch"
     # three steps cannot leave ln 16: every run fails, so no layout is more stable
     assert out.numbers["Post-LN warm-up 0"] == out.numbers["Pre-LN warm-up 0"] == 1
     assert out.verdict == "not reproduced"

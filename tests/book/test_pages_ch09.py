@@ -268,6 +268,24 @@ def test_stacked_runs_compute_each_runs_token_stack(pre_ln):
         torch.testing.assert_close(out[r], alone(tokens[r]), atol=1e-5, rtol=1e-4)
 
 
+def test_stacked_runs_with_xavier_init_are_token_stacks_with_xavier_weight_matrices():
+    model = ch09.StackedRuns([0, 1], [1.0, 0.5], 2, pre_ln=False, init="xavier")
+    tokens = torch.randint(16, (2, 4, 12), generator=torch.Generator().manual_seed(0))
+    out = model(tokens)
+    for r in range(2):
+        torch.manual_seed(r)
+        alone = ch09.TokenStack(2, pre_ln=False)
+        default = alone(tokens[r])
+        for m in alone.modules():
+            if isinstance(m, torch.nn.Linear):
+                bound = math.sqrt(6 / (m.in_features + m.out_features))
+                torch.nn.init.uniform_(m.weight, -bound, bound)  # Xavier-uniform, written out
+        torch.testing.assert_close(out[r], alone(tokens[r]), atol=1e-5, rtol=1e-4)
+        assert not torch.allclose(out[r], default, atol=1e-3)
+    with pytest.raises(ValueError, match="init"):
+        ch09.StackedRuns([0], [1.0], 1, pre_ln=True, init="kaiming")
+
+
 def test_stacked_runs_train_like_separate_runs_at_their_own_learning_rates():
     together = ch09.train_depth(2, pre_ln=True, lrs=(1e-2, 1e-3), warmup=3, seeds=(0,), steps=6)
     for (lr, seed), losses in together.items():

@@ -1691,23 +1691,27 @@ claims_table()
 # - Softmax's three properties together — positive, summing to one, competition between
 #   keys — are what the alternatives lose one at a time. Plain normalisation explodes; the
 #   plain sigmoid does not adapt to the length; the $-\log n$ bias fixes most of that; ReLU
-#   normalisation leaves some rows without gradient. Softmax was never beaten here.
+#   normalisation leaves some rows without gradient. Softmax was never beaten here, but
+#   with a 3× budget the plain sigmoid catches up: "best" at 200 steps is "fastest to learn".
 # - Attention weights are one of many distributions a model is equally happy with: they rank
-#   inputs unlike leave-one-out, and a very different distribution can give the same
-#   output. Norm-based scores and rollout change the picture but do not make it faithful;
+#   inputs unlike leave-one-out, and — where uniform or shuffled weights would not already
+#   do — a very different distribution can give the same output (not with one layer).
+#   Norm-based scores and rollout change the picture but do not make it faithful;
 #   measure importance by intervention (leave-one-out, ablations) when it matters.
 # - Pre-LN keeps an identity path from input to output and trains at learning rates where
-#   Post-LN fails without warm-up. Xiong et al.'s gradient predictions hold in direction at
-#   small width; Post-LN's advantage when it trains does not show at this scale.
+#   Post-LN fails; warm-up rescues Post-LN only in some settings (12 layers, default
+#   initialisation, learning rate 0.01 here). Xiong et al.'s gradient predictions hold in
+#   direction at small width; Post-LN's advantage when it trains does not show at this scale.
 # - Attention buys a one-step path between any two positions for a cost that grows with
 #   $n^2$; convolution buys a locality prior that helps with little data; recurrence is
 #   cheap per step but sequential.
 #
 # ## Exercises
 #
-# Your workbook `my-exercises/09_faq_details.py` (`make lab` copies it there) has four: sigmoid
-# attention weights with the $-\log n$ bias, attention rollout, Kendall's $\tau$, and the
-# learning-rate factor of a linear warm-up. Each check names the usual mistakes. Check your
+# Your workbook `my-exercises/09_faq_details.py` (`make lab` copies it there) has five: sigmoid
+# attention weights with the $-\log n$ bias, attention rollout, Kendall's $\tau$, the
+# learning-rate factor of a linear warm-up, and an experiment — predict C29's verdict for a
+# one-layer classifier, then run it. Each check names the usual mistakes. Check your
 # answers in the notebook or with `make check CH=09`.
 #
 # ## Further reading

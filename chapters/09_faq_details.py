@@ -75,6 +75,7 @@ from book.diagrams.ch09 import layernorm_placement, reach_per_layer
 from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.plotting import plot_bar_spread, set_style
 from book.progress import progress
+from book.sceptic import stored_sweeps, sweep_summary
 
 set_style()
 make_deterministic(0)
@@ -342,11 +343,29 @@ record_claim(
 # The verdict below is written for this outcome; if a change makes the computed verdict
 # differ, this stops the notebook until the prose is rewritten.
 assert_stated("Q-softmax", softmax_claim, stated="reproduced")
+print("Q-softmax under the sceptic's sweep (stored; mean accuracy at 8 and 32 pairs):")
+keys = [f"{n} @{k}" for k in (SHORT, LONG) for n in ("softmax", "sigmoid", "sigmoid −log n")]
+print(sweep_summary("Q-softmax", keys=keys))
+
+
+def swept(claim_id: str) -> dict[str, str]:
+    """The stored sweep's verdict per setting (``"baseline"``, then each perturbation)."""
+    record = stored_sweeps()[claim_id]
+    return {r["name"]: r["verdict"] for r in (record["baseline"], *record["perturbations"])}
+
+
+# The verdict's paragraph names the budget it holds at: the stored sweep must say the same.
+assert_stated("Q-softmax, 600 steps", swept("Q-softmax")["600 steps"], stated="partly")
 
 # %% [markdown]
-# **Verdict on "softmax is the best overall": reproduced, on this task and at this budget**
-# (the verdict `q_softmax_verdict` computed above; `assert_stated` stops the notebook if a
-# change makes it differ from this sentence). Every alternative
+# **Verdict on "softmax is the best overall": reproduced at 200 steps, partly at 600** (the
+# verdict `q_softmax_verdict` computed above; `assert_stated` stops the notebook if a
+# change makes it differ from this sentence; the sweep's rows are printed under it). At
+# 200 steps the verdict survives other seeds and a learning rate of 0.01; given three times
+# the budget, the plain sigmoid catches up with softmax to within `MARGIN` at the training
+# length and no longer falls apart at 32 pairs, and the biased sigmoid comes close too —
+# so "best" is a statement about how fast each normaliser learns this task, not where it
+# ends. At 200 steps, every alternative
 # trails the softmax by more than `MARGIN`, at the training length and at four times it, in
 # every seed; the printout shows by how much. What breaks is what the definitions predict.
 # Plain normalisation never learns: its weights are unbounded, the gradient is dominated by
@@ -361,12 +380,11 @@ assert_stated("Q-softmax", softmax_claim, stated="reproduced")
 # and loses more than the biased sigmoid at 32 pairs.
 # So softmax is the safe default, and the reasons are the three properties it has together —
 # positive, summing to one, competition between keys. What this experiment cannot show is
-# "overall": one task, one layer, 200 steps — and at a fixed budget the ranking says how fast
-# each normaliser learns as much as where it ends; whether it survives a longer budget is not
-# tested here. The closest rival at four times the training length, sigmoid with the bias
-# (at the training length ReLU normalisation is closer), is
-# exactly the one whose authors report parity at scale, with training recipes a minute of
-# CPU cannot reproduce.
+# "overall": one task, one layer, a short budget — and the sweep shows that the ranking at
+# 200 steps says how fast each normaliser learns more than where it ends. The closest rival
+# at 200 steps and four times the training length, sigmoid with the bias (at the training
+# length ReLU normalisation is closer), is exactly the one whose authors report parity at
+# scale, with training recipes a minute of CPU cannot reproduce.
 
 # %% [markdown]
 # ## 9.2 C29: attention is not explanation
@@ -686,18 +704,58 @@ def adversarial_attention(
     return Adversary(best_jsd, best_tvd, same, best_w)
 
 
+def trivial_adversaries(
+    model: DigitsAttention, images: Tensor, *, seed: int = 0
+) -> dict[str, Adversary]:
+    """Wiegreffe & Pinter's controls for :func:`adversarial_attention`: ``[CLS]`` weights of
+    the last layer that no search chose, put through the same measurements — ``"uniform"``
+    (``1/L`` on every token) and ``"permuted"`` (the model's own weights of each head, shuffled
+    over the tokens by one random permutation per image, from ``seed``). ``images (B, 8, 8)``."""
+    model.eval()
+    with torch.no_grad():
+        base = model.run(images)
+        x_last, values = base["inputs"][-1], base["values"]  # (B, 9, D), (B, H, 9, Dh)
+        p0 = base["logits"].softmax(-1)  # (B, 10)
+        w0 = base["weights"][-1][:, :, 0]  # (B, H, L)
+        g = torch.Generator().manual_seed(seed)
+        perms = torch.stack([torch.randperm(w0.shape[-1], generator=g) for _ in images])  # (B, L)
+        candidates = {
+            "uniform": torch.full_like(w0, 1.0 / w0.shape[-1]),  # (B, H, L)
+            "permuted": w0.gather(-1, perms[:, None].expand_as(w0)),  # (B, H, L)
+        }
+        out = {}
+        for name, w in candidates.items():
+            p = model.cls_logits(x_last, values, w).softmax(-1)  # (B, 10)
+            tvd = 0.5 * (p - p0).abs().sum(-1)  # (B,)
+            same = p.argmax(-1) == p0.argmax(-1)  # (B,)
+            out[name] = Adversary(jensen_shannon(w, w0).mean(1), tvd, same, w)
+    return out
+
+
+def meets_criterion(adversary: Adversary, *, far: float, tol: float) -> Tensor:
+    """Per image ``(B,)`` bool: the ``[CLS]`` weights are at least ``far`` bits (JSD) from the
+    model's own while the output moves by at most ``tol`` (total variation) and the predicted
+    class stays — the criterion of C29's test (ii)."""
+    return (adversary.jsd >= far) & adversary.same_prediction & (adversary.output_change <= tol)
+
+
 # %% [markdown]
 # **Thresholds, set before the run** (`book.claims.ch09`). Attention "agrees" with
 # leave-one-out if the mean $\tau$ reaches `MAX_AGREEMENT = 0.5` (three quarters of the row
 # pairs in the same order). An adversarial distribution "exists" for an image when we find
 # `[CLS]` weights at least `FAR = 0.3` bits away that move the output distribution by at
-# most `TOL = 0.01` (total variation) and keep the predicted class. C29 holds if agreement
-# stays below `MAX_AGREEMENT` in every seed and an adversary exists for at least
-# `MIN_FRACTION = 0.5` of the images in every seed; one of the two gives "partly"
-# (`c29_verdict`). The article adds that value norms and the mixing across layers are what
-# matter; a repair (norm-based score or rollout) counts as more faithful if its mean $\tau$
-# with leave-one-out is at least `GAIN = 0.1` above raw attention's (`c29_repairs_verdict`:
-# both repairs, reproduced; one, partly).
+# most `TOL = 0.01` (total variation) and keep the predicted class. Wiegreffe & Pinter's
+# objection: if weights that no search chose — uniform over the tokens, or the model's own
+# weights shuffled over the tokens (`trivial_adversaries`) — meet the same criterion, the
+# output hardly depends on the weights, and finding an adversary says nothing about
+# attention. So C29 holds if agreement stays below `MAX_AGREEMENT` in every seed and, in
+# every seed, the controls meet the criterion for fewer than `MIN_FRACTION = 0.5` of the
+# images while the searched adversary meets it for at least `MIN_FRACTION` of the images on
+# which no control does; one of the two gives "partly" (`c29_verdict`). The article adds
+# that value norms and the mixing across layers are what matter; a repair (norm-based score
+# or rollout) counts as more faithful if its mean $\tau$ with leave-one-out is at least
+# `GAIN = 0.1` above raw attention's (`c29_repairs_verdict`: both repairs, reproduced; one,
+# partly).
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 print(f"thresholds: MAX_AGREEMENT {MAX_AGREEMENT}, FAR {FAR}, TOL {TOL}, "
@@ -710,6 +768,8 @@ print("layers:", len(model0.layers), "| width:", model0.layers[0].self_attn.d_mo
 scores = [importances(run.model, images) for run in digit_runs]
 adversaries = [adversarial_attention(run.model, images[:N_ADVERSARIAL], tol=TOL)
                for run in progress(digit_runs, desc="adversarial search")]  # fmt: skip
+controls = [trivial_adversaries(run.model, images[:N_ADVERSARIAL], seed=s)
+            for s, run in zip(SEEDS, digit_runs, strict=True)]  # fmt: skip
 print("test accuracy:", spread([r.accuracy for r in digit_runs]).format(".3f"))
 
 # %%
@@ -719,8 +779,15 @@ rho = {m: [mean_rank_correlation(s[m], s["leave-one-out"], kind="spearman") for 
        for m in tau}  # fmt: skip
 tau_att = {m: [mean_rank_correlation(s[m], s["attention"]) for s in scores]
            for m in IMPORTANCES if m != "attention"}  # fmt: skip
-found = [float(((a.jsd >= FAR) & a.same_prediction & (a.output_change <= TOL)).float().mean())
-         for a in adversaries]  # fmt: skip
+meets = [meets_criterion(a, far=FAR, tol=TOL) for a in adversaries]  # (N_ADVERSARIAL,) each
+control_meets = [{name: meets_criterion(a, far=FAR, tol=TOL) for name, a in c.items()}
+                 for c in controls]  # fmt: skip
+found = [float(m.float().mean()) for m in meets]  # the adversary's share of all images
+control_share = {name: [float(c[name].float().mean()) for c in control_meets]
+                 for name in ("uniform", "permuted")}  # fmt: skip
+either = [c["uniform"] | c["permuted"] for c in control_meets]  # a control meets it
+control_any = [float(e.float().mean()) for e in either]
+beyond = [float(m[~e].float().mean()) for m, e in zip(meets, either, strict=True)]
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 print(f"rank agreement with leave-one-out over {N_IMAGES} test images, {len(SEEDS)} seeds")
@@ -734,6 +801,10 @@ print("Kendall tau with the attention weights:",
 jsd = spread([float(a.jsd.mean()) for a in adversaries])
 print(f"adversarial [CLS] weights: JSD {jsd.format('.3f')} bits; images with JSD >= {FAR} and "
       f"output change <= {TOL}: {spread(found).format('.3f')}")  # fmt: skip
+print("controls meeting the same criterion:", ", ".join(
+    f"{name} {spread(v).format('.3f')}" for name, v in control_share.items()),
+    f"| either {spread(control_any).format('.3f')}")  # fmt: skip
+print(f"the adversary on the images no control passes: {spread(beyond).format('.3f')}")
 
 # %%
 example = 0
@@ -765,20 +836,22 @@ axes[2].legend(fontsize=8)
 fig.tight_layout()
 
 # %% tags=["nbval-check-output"] tolerance="trained"
-assert_c29_not_faithful(
-    max(tau["attention"]), min(found), max_agreement=MAX_AGREEMENT, min_fraction=MIN_FRACTION
-)
-c29 = c29_verdict(tau["attention"], found, max_agreement=MAX_AGREEMENT, min_fraction=MIN_FRACTION)
+assert_c29_not_faithful(max(tau["attention"]), min(beyond), max(control_any),
+                        max_agreement=MAX_AGREEMENT, min_fraction=MIN_FRACTION)  # fmt: skip
+c29 = c29_verdict(tau["attention"], beyond, control_any, max_agreement=MAX_AGREEMENT,
+                  min_fraction=MIN_FRACTION)  # fmt: skip
 record_claim(
     "C29",
     claim="Attention weights are not a faithful explanation of a prediction",
     experiment=f"2-layer pre-LN classifier of the 8x8 digits (rows as tokens), 3 seeds; "
     f"Kendall tau with leave-one-out over {N_IMAGES} test images; adversarial [CLS] weights "
-    f"on {N_ADVERSARIAL} images",
+    f"on {N_ADVERSARIAL} images, against uniform and permuted weights; 150 steps",
     verdict=c29,
     measured=f"tau(attention, leave-one-out) {spread(tau['attention']).format('.2f')}; "
     f"adversary (JSD >= {FAR} bits, output change <= {TOL}) for "
-    f"{spread(found).format('.2f')} of the images",
+    f"{spread(found).format('.2f')} of the images, uniform or permuted weights for "
+    f"{spread(control_any).format('.2f')}, the adversary on the rest "
+    f"{spread(beyond).format('.2f')}",
 )
 repairs = {m: tau[m] for m in ("norm ‖α·f(x)‖", "rollout")}
 c29_repairs = c29_repairs_verdict(tau["attention"], repairs, gain=GAIN)
@@ -793,34 +866,47 @@ record_claim(
     + f"; gradient x input {spread(tau['gradient × input']).format('.2f')}",
 )
 print("verdicts: C29", c29, "| C29 repairs", c29_repairs)
+print("C29 under the sceptic's sweep (stored; chapters/sceptic/09_faq_details.json):")
+print(sweep_summary("C29", keys=["tau max", "controls max", "beyond min", "accuracy mean"]))
 print("gain over raw attention:", {m: round(spread(v).mean - spread(tau["attention"]).mean, 3)
                                    for m, v in repairs.items()})  # fmt: skip
 assert_stated("C29", c29, stated="reproduced")
+assert_stated("C29, 450 steps", swept("C29")["450 steps"], stated="reproduced")
+assert_stated("C29, 1 layer", swept("C29")["1 layer"], stated="partly")
 assert_stated("C29 repairs", c29_repairs, stated="not reproduced")
 
 # %% [markdown]
 # **What each score says, measured.** Raw attention ranks the rows almost unrelated to
-# leave-one-out (the first line of the printout, every seed under `MAX_AGREEMENT`), and for
-# more than half of the test images, in every seed, a `[CLS]` distribution far from the
-# model's own gives the same output. So C29 is **reproduced**: on this classifier the last
-# layer's weights are often one of many distributions the model would have been equally
-# happy with, and reading "importance" off
-# them is not supported. The norm-based score mostly reorders attention by the size of each
-# row's value vector, and its ranks follow the weights more than they follow leave-one-out
-# (the "Kendall tau with the attention weights" line); rollout mixes in the first layer and
-# the residual path. Neither gains the `GAIN` we asked for over raw attention, so the second
-# half of the article's C29, that value norms and layer mixing are what matter, is **not
-# reproduced** here (the claims table's "C29 repairs" row) — and,
-# the uncomfortable part, gradient × input does not agree with leave-one-out either. With 8
-# rows that each carry a piece of the digit, a model's decision is spread over many rows and
-# the rows interact, so every single-number-per-row score is a different projection of it.
-# What the small scale cannot show: Kobayashi et al. and Abnar & Zuidema measured their
-# repairs on BERT-sized models with many layers, where rollout's mixing over depth matters
-# more than over our two layers. What this experiment lacks: Wiegreffe & Pinter's control, a
-# trivial adversary (uniform or permuted `[CLS]` weights) put through the same criterion. A
-# model whose output barely depends on the last layer's `[CLS]` weights would pass the
+# leave-one-out (the first line of the printout, every seed under `MAX_AGREEMENT`).
+# The controls meet the adversary criterion for only a few images at 150 steps, and on the
+# images where they fail the searched adversary succeeds for more than half, in every seed.
+# So C29 is **reproduced at 150 steps, with Wiegreffe & Pinter's control**: on this
+# classifier the last layer's weights are often one of many distributions the model would
+# have been equally happy with, and reading "importance" off them is not supported. The
+# sweep printed above (and checked against this paragraph) says where that holds: with
+# other seeds, and with a 3× longer budget — where the model is more confident and uniform
+# or permuted weights pass for far more images, but still fewer than half, and the
+# adversary succeeds on most of the rest. With a **one-layer** classifier the verdict drops
+# to **partly**: attention still ranks the rows unlike leave-one-out, but the search finds
+# far weights that keep the output for only a small share of the images. Our reading (not
+# tested here): with one layer the `[CLS]` weights are the model's only mixing of the rows,
+# so the output depends on them more. The adversary half of C29 is a property of the model,
+# not of attention in general — Wiegreffe & Pinter's point.
+#
+# The norm-based score mostly reorders attention by the size of each row's value vector, and
+# its ranks follow the weights more than they follow leave-one-out (the "Kendall tau with
+# the attention weights" line); rollout mixes in the first layer and the residual path.
+# Neither gains the `GAIN` we asked for over raw attention, so the second half of the
+# article's C29, that value norms and layer mixing are what matter, is **not reproduced**
+# here (the claims table's "C29 repairs" row) — and, the uncomfortable part, gradient ×
+# input does not agree with leave-one-out either. With 8 rows that each carry a piece of the
+# digit, a model's decision is spread over many rows and the rows interact, so every
+# single-number-per-row score is a different projection of it. What the small scale cannot
+# show: Kobayashi et al. and Abnar & Zuidema measured their repairs on BERT-sized models
+# with many layers, where rollout's mixing over depth matters more than over our two layers.
+# A model whose output barely depends on the last layer's `[CLS]` weights would pass the
 # adversary test with any distribution, and that is not the same as its attention being
-# misleading.
+# misleading: this is what the controls measure.
 
 # %% [markdown]
 # ## 9.3 C30: Pre-LN and Post-LN
@@ -1003,8 +1089,10 @@ class StackedRuns(nn.Module):
         d_model: int = 16,
         vocab: int = 16,
         length: int = 12,
+        init: str = "torch",
     ):
         super().__init__()
+        check_choice("init", init, ("torch", "xavier"))
         if len(seeds) != len(lr_factors) or not seeds:
             raise ValueError(
                 f"seeds and lr_factors must be non-empty and of one length, got {len(seeds)} "
@@ -1016,6 +1104,10 @@ class StackedRuns(nn.Module):
             torch.manual_seed(seed)
             self.models.append(TokenStack(num_layers, pre_ln=pre_ln, d_model=d_model,
                                           vocab=vocab, length=length))  # fmt: skip
+            if init == "xavier":  # Xavier-uniform weight matrices (the 2017 recipe), same seed
+                for m in self.models[-1].modules():
+                    if isinstance(m, nn.Linear):
+                        nn.init.xavier_uniform_(m.weight)
         self.num_heads = self.models[0].layers[0].self_attn.num_heads
         self.register_buffer("factors", torch.tensor([float(f) for f in lr_factors]))
         self.stored = nn.ParameterDict()
@@ -1120,14 +1212,17 @@ def train_depth(
     batch_size: int = 32,
     vocab: int = 16,
     length: int = 12,
+    init: str = "torch",
 ) -> dict[tuple[float, int], list[float]]:
     """Train one :class:`TokenStack` per (learning rate, seed) on :func:`shift_batch` with Adam
     (no clipping) and ``warmup`` steps of :func:`linear_warmup` (0: none), all at once
-    (:class:`StackedRuns`). Returns ``(lr, seed) -> the run's loss at every step``."""
+    (:class:`StackedRuns`; ``init="xavier"``: Xavier-uniform weight matrices). Returns
+    ``(lr, seed) -> the run's loss at every step``."""
     runs = [(lr, seed) for lr in lrs for seed in seeds]
     top = max(lrs)
     model = StackedRuns([s for _, s in runs], [lr / top for lr, _ in runs], num_layers,
-                        pre_ln=pre_ln, d_model=d_model, vocab=vocab, length=length)  # fmt: skip
+                        pre_ln=pre_ln, d_model=d_model, vocab=vocab, length=length,
+                        init=init)  # fmt: skip
     generators = [torch.Generator().manual_seed(seed + 1) for _, seed in runs]
     per_run: list[list[float]] = [[] for _ in runs]
 
@@ -1166,7 +1261,7 @@ def final_loss(losses: Sequence[float], *, last: int = 20) -> float:
 # (`c30_verdict`: both, reproduced; one, partly). What "failure" cannot mean here is "the
 # stack could not learn an easy task": at this budget no run solves the task (every final
 # loss printed below is far from zero), so a failure is a stack whose loss has not left the
-# uniform guess.
+# uniform guess; the sweep's 3× budget, where the task is solved, is the test of that.
 
 # %%
 WARMUP, LRS, DEPTH = 40, (1e-3, 1e-2), 12
@@ -1229,15 +1324,33 @@ record_claim(
     f"last-layer gradient 24 vs 6 layers: Post-LN x{post_ratio:.2f}, Pre-LN x{pre_shrink:.2f}",
 )
 assert_stated("C30", c30, stated="reproduced")
+print("C30 under the sceptic's sweep (stored; failed runs of 6 per layout and warm-up):")
+print(sweep_summary("C30", keys=["Post-LN warm-up 0", "Post-LN warm-up 40", "Pre-LN warm-up 0",
+                                 "Post-LN warm-up 40 best final loss",
+                                 "Pre-LN warm-up 0 best final loss"]))  # fmt: skip
+assert_stated("C30, depth 6", swept("C30")["depth 6"], stated="not reproduced")
+assert_stated("C30, 450 steps", swept("C30")["450 steps"], stated="reproduced")
+assert_stated("C30, Xavier init", swept("C30")["Xavier init"], stated="partly")
+assert_stated("C30, lr 0.003 and 0.03", swept("C30")["lr 0.003, 0.03"], stated="partly")
 
 # %% [markdown]
-# **Verdict on C30: reproduced**, at this scale and in this setting (12 layers, the
-# default initialisation, these two learning rates, 150 steps). Without warm-up, the Post-LN
-# stack fails at the larger learning rate in every seed — its loss stays at the uniform
-# guess — while the Pre-LN stack trains at both rates; with 40 steps of warm-up Post-LN
-# trains at both rates too. The counts and losses are printed above. We have not swept
-# depth, learning rate or initialisation, and whether warm-up is what rescues Post-LN
-# elsewhere is not shown here.
+# **Verdict on C30: reproduced at 12 layers, learning rates 0.001 and 0.01, 150 steps**
+# (torch's default initialisation). Without warm-up, the Post-LN stack fails at the larger
+# learning rate in every seed — its loss stays at the uniform guess — while the Pre-LN stack
+# trains at both rates; with 40 steps of warm-up Post-LN trains at both rates too. The sweep
+# printed under the verdict (checked against this paragraph) splits the claim in two.
+# **"Pre-LN is more stable"** survives wherever anything fails: Pre-LN fails no run in any
+# setting swept. **"Warm-up rescues Post-LN"** holds only in the chapter's setting, with
+# other seeds and with a longer budget: at learning rates 0.003 and 0.03 Post-LN fails at
+# the larger rate with warm-up as often as without (partly); with Xavier-uniform
+# initialisation Post-LN fails in most runs with warm-up and without, Pre-LN in none
+# (partly); and at 6 layers nothing fails at all, so there is nothing to rescue and no
+# difference to measure (not reproduced). With a 3× budget (450 steps) the task is solved —
+# the best final losses of Pre-LN and of warmed-up Post-LN are near zero — while Post-LN
+# without warm-up still fails in two of six runs: there the verdict holds where the task is
+# learnable, so those failures are the stack's, not the budget's. In short: "Pre-LN is more
+# stable" holds in every setting swept where anything fails; "warm-up is what Post-LN needs"
+# holds at 12 layers, torch's default initialisation and learning rates up to 0.01 only.
 #
 # **When does Post-LN do better?** Takase et al. (2023) and others report that when Post-LN
 # *does* train, it often ends up better than Pre-LN — in shallow models, after long
@@ -1578,23 +1691,27 @@ claims_table()
 # - Softmax's three properties together — positive, summing to one, competition between
 #   keys — are what the alternatives lose one at a time. Plain normalisation explodes; the
 #   plain sigmoid does not adapt to the length; the $-\log n$ bias fixes most of that; ReLU
-#   normalisation leaves some rows without gradient. Softmax was never beaten here.
+#   normalisation leaves some rows without gradient. Softmax was never beaten here, but
+#   with a 3× budget the plain sigmoid catches up: "best" at 200 steps is "fastest to learn".
 # - Attention weights are one of many distributions a model is equally happy with: they rank
-#   inputs unlike leave-one-out, and a very different distribution can give the same
-#   output. Norm-based scores and rollout change the picture but do not make it faithful;
+#   inputs unlike leave-one-out, and — where uniform or shuffled weights would not already
+#   do — a very different distribution can give the same output (not with one layer).
+#   Norm-based scores and rollout change the picture but do not make it faithful;
 #   measure importance by intervention (leave-one-out, ablations) when it matters.
 # - Pre-LN keeps an identity path from input to output and trains at learning rates where
-#   Post-LN fails without warm-up. Xiong et al.'s gradient predictions hold in direction at
-#   small width; Post-LN's advantage when it trains does not show at this scale.
+#   Post-LN fails; warm-up rescues Post-LN only in some settings (12 layers, default
+#   initialisation, learning rate 0.01 here). Xiong et al.'s gradient predictions hold in
+#   direction at small width; Post-LN's advantage when it trains does not show at this scale.
 # - Attention buys a one-step path between any two positions for a cost that grows with
 #   $n^2$; convolution buys a locality prior that helps with little data; recurrence is
 #   cheap per step but sequential.
 #
 # ## Exercises
 #
-# Your workbook `my-exercises/09_faq_details.py` (`make lab` copies it there) has four: sigmoid
-# attention weights with the $-\log n$ bias, attention rollout, Kendall's $\tau$, and the
-# learning-rate factor of a linear warm-up. Each check names the usual mistakes. Check your
+# Your workbook `my-exercises/09_faq_details.py` (`make lab` copies it there) has five: sigmoid
+# attention weights with the $-\log n$ bias, attention rollout, Kendall's $\tau$, the
+# learning-rate factor of a linear warm-up, and an experiment — predict C29's verdict for a
+# one-layer classifier, then run it. Each check names the usual mistakes. Check your
 # answers in the notebook or with `make check CH=09`.
 #
 # ## Further reading

@@ -14,10 +14,11 @@
 # %% [markdown]
 # # Chapter 9 — Exercises: frequently asked details
 #
-# Four exercises on chapter 9 (`chapters/09_faq_details.py`): the weights of sigmoid
+# Five exercises on chapter 9 (`chapters/09_faq_details.py`): the weights of sigmoid
 # attention with the $-\log n$ bias, attention rollout across layers, Kendall's rank
-# correlation (the measure behind "attention is not explanation"), and the learning-rate
-# factor of a linear warm-up. Each exercise defines a function; the cell after it checks
+# correlation (the measure behind "attention is not explanation"), the learning-rate
+# factor of a linear warm-up, and a prediction of C29's verdict for a one-layer classifier,
+# checked against the run. Each exercise defines a function; the cell after it checks
 # your function on inputs it chooses, against the `book` package or an independent
 # computation, and names the usual mistake when it recognises one.
 
@@ -149,3 +150,42 @@ check("09.4", warmup_factor)
 # largest gradients and the whole stack is sensitive to them. Starting at a small fraction
 # of the rate lets Adam's second-moment estimates settle before the steps get large — the
 # chapter measured that 40 such steps rescue a 12-layer Post-LN stack at rate 0.01.
+
+# %% [markdown]
+# ## Exercise 9.5 — Predict, then run: a one-layer classifier (★★)
+#
+# Chapter 9 finds C29 ("attention is not explanation") **reproduced** for its two-layer digit
+# classifier at 150 steps: attention ranks the rows unlike leave-one-out (part i), and on the
+# images where uniform or permuted `[CLS]` weights do not already pass, a searched adversary
+# finds far-away weights that keep the output (part ii). Change one knob: a classifier with
+# **one** encoder layer, so that the last layer's `[CLS]` weights are the model's only mixing
+# of the rows. Before running, predict C29's verdict for seed 0: "reproduced", "partly" or
+# "not reproduced". Then run the claim's experiment (`c29_sweep_run`, the runner of the
+# chapter's sceptic sweep: a few seconds) and let the check compare.
+
+
+# %%
+from book.claims.ch09 import c29_sweep_run
+
+
+def my_prediction() -> str:
+    """C29's verdict with a one-layer classifier: "reproduced", "partly" or "not reproduced"."""
+    ### BEGIN SOLUTION
+    return "partly"
+    ### END SOLUTION
+
+
+# %%
+outcome = c29_sweep_run(seeds=[0], steps=150, num_layers=1)  # ≤ ~10 s
+print(outcome)
+
+# %%
+check("09.5", my_prediction, outcome=outcome)
+
+# %% [markdown] tags=["solution_only"]
+# *Why partly.* Part (i) survives: the weights still rank the rows unlike leave-one-out. Part
+# (ii) does not: with one layer the `[CLS]` weights decide which rows reach the classifier,
+# so weights far from the model's own move the output beyond the tolerance, and the search
+# finds an adversary for only a small share of the images (`beyond`). The adversary test
+# says more about how much the output depends on the weights than about the weights'
+# faithfulness — Wiegreffe & Pinter's point, seen from the other side.

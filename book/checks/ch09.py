@@ -19,7 +19,7 @@ from book.experiments.training import linear_warmup
 from book.pages.ch09 import rollout as reference_rollout
 
 from . import CheckFailed, expect_close, expect_shape, randn, register
-from .helpers import expect_number, expect_tensor, matches
+from .helpers import check_prediction, expect_number, expect_tensor, matches
 
 # --- 9.1 sigmoid attention weights with the −log n bias ---------------------------------------
 
@@ -214,3 +214,34 @@ def _warmup(candidate):
             f"{call}: at step {first_bad} got {got[first_bad]:.6g}, expected "
             f"{want[first_bad]:.6g} (factor min(1, (step + 1) / warmup_steps))"
         )
+
+
+# --- 9.5 predict, then run: C29 with a one-layer classifier ------------------------------------
+
+
+@register("09.5", title="Predict, then run: C29 with a one-layer classifier")
+def _predict_one_layer(predict, *, outcome):
+    from book.sceptic import Outcome
+
+    if isinstance(outcome, Outcome) and outcome.numbers.get("layers") != 1:
+        raise CheckFailed(
+            f"this run has {outcome.numbers.get('layers')} layers, not 1: the knob was not "
+            f"changed; run c29_sweep_run(..., num_layers=1)"
+        )
+    check_prediction(
+        predict,
+        outcome,
+        setting="a one-layer classifier",
+        why={
+            "reproduced": "Attention still ranks the rows unlike leave-one-out, the controls "
+            "rarely pass, and the searched adversary succeeds on at least half of the images "
+            "the controls fail on.",
+            "partly": "Attention still ranks the rows unlike leave-one-out (part i holds), but "
+            "with one layer the [CLS] weights are the only mixing of the rows, so the output "
+            "depends on them: the search rarely finds far weights that keep the output "
+            "within the tolerance (beyond min < 0.5), or uniform/permuted weights pass for "
+            "most images — part (ii) fails.",
+            "not reproduced": "Attention ranks the rows like leave-one-out and the adversary "
+            "part fails too.",
+        },
+    )

@@ -18,10 +18,17 @@ the runs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
+import torch
+
 from book.claims import VERDICTS
+from book.data import digits
 from book.experiments.seeds import spread
+from book.experiments.training import train_classifier
+from book.pages import ch09 as page
+from book.sceptic import Outcome, Perturbation, Sweep
 
 # --- 9.1 Why softmax ---------------------------------------------------------------------------
 # "Best overall" is refuted by a normaliser whose mean accuracy beats softmax's by more than
@@ -141,37 +148,55 @@ def q_softmax_verdict(
 def assert_c29_not_faithful(
     agreement: float,
     adversarial_fraction: float,
+    control_fraction: float,
     *,
     max_agreement: float,
     min_fraction: float,
 ) -> None:
     """C29 holds when attention ranks the rows unlike leave-one-out (mean Kendall τ below
-    ``max_agreement``) and, for at least ``min_fraction`` of the images, a very different
-    attention distribution leaves the prediction unchanged."""
+    ``max_agreement``), the trivial adversaries (uniform, permuted weights) meet the adversary
+    criterion for fewer than ``min_fraction`` of the images (``control_fraction``), and the
+    searched adversary meets it for at least ``min_fraction`` of the images on which no control
+    does (``adversarial_fraction``)."""
     assert agreement < max_agreement, (
         f"attention agrees with leave-one-out (mean Kendall τ {agreement:.2f} >= "
         f"{max_agreement}): here the weights do rank the rows as their removal does"
     )
+    assert control_fraction < min_fraction, (
+        f"uniform or permuted weights already meet the criterion for {control_fraction:.2f} of "
+        f"the images (>= {min_fraction}): the output hardly depends on these weights"
+    )
     assert adversarial_fraction >= min_fraction, (
-        f"only {adversarial_fraction:.2f} of the images have a different attention with the "
-        f"same prediction (< {min_fraction}): the weights are not interchangeable"
+        f"only {adversarial_fraction:.2f} of the images the controls fail on have a different "
+        f"attention with the same prediction (< {min_fraction}): the weights are not "
+        f"interchangeable"
     )
 
 
 def c29_verdict(
     agreements: Sequence[float],
     adversarial_fractions: Sequence[float],
+    control_fractions: Sequence[float],
     *,
     max_agreement: float,
     min_fraction: float,
 ) -> str:
-    """C29 over seeds. Part (i): attention's mean Kendall τ with leave-one-out is below
-    ``max_agreement`` in every seed (``agreements``, one per seed); part (ii): an adversary
-    exists for at least ``min_fraction`` of the images in every seed
-    (``adversarial_fractions``). Both: reproduced; one: partly; neither: not reproduced."""
-    if not agreements or not adversarial_fractions:
-        raise ValueError("agreements and adversarial_fractions need one value per seed, got none")
-    return _parts([max(agreements) < max_agreement, min(adversarial_fractions) >= min_fraction])
+    """C29 over seeds (one value per seed in each sequence). Part (i): attention's mean
+    Kendall τ with leave-one-out is below ``max_agreement`` in every seed (``agreements``).
+    Part (ii), against Wiegreffe & Pinter's controls: the trivial adversaries (uniform or
+    permuted ``[CLS]`` weights) meet the criterion for fewer than ``min_fraction`` of the images
+    (``control_fractions``: else the output hardly depends on these weights and the test says
+    nothing about attention), and the searched adversary meets it for at least
+    ``min_fraction`` of the images on which no control does (``adversarial_fractions``), in
+    every seed. Both: reproduced; one: partly; neither: not reproduced."""
+    if not (len(agreements) == len(adversarial_fractions) == len(control_fractions) > 0):
+        raise ValueError(
+            f"agreements, adversarial_fractions and control_fractions need one value per seed, "
+            f"got {len(agreements)}, {len(adversarial_fractions)} and {len(control_fractions)}"
+        )
+    informative = max(control_fractions) < min_fraction
+    found = min(adversarial_fractions) >= min_fraction
+    return _parts([max(agreements) < max_agreement, informative and found])
 
 
 def c29_repairs_verdict(
@@ -315,3 +340,165 @@ def assert_stated(claim_id: str, computed: str, *, stated: str) -> None:
         f"{claim_id}: the prose states {stated!r} but the run gives {computed!r}: rewrite the "
         f"verdict's paragraph (and the stated= here) for what the numbers show"
     )
+
+
+# ------------------------------------------------------------------------------------------
+# The sceptic's sweeps
+# ------------------------------------------------------------------------------------------
+
+
+def softmax_sweep_run(
+    *,
+    seeds: Sequence[int],
+    steps: int,
+    lr: float,
+    lengths: Sequence[int] = (8, 32),
+    test_size: int = 1000,
+) -> Outcome:
+    """Q-softmax's verdict (:func:`q_softmax_verdict`) as the chapter computes it: every
+    normaliser of :data:`book.pages.ch09.VARIANTS` trained by :func:`train_normaliser` at 8
+    pairs for ``steps`` at learning rate ``lr`` per seed, tested at each of ``lengths``."""
+    acc = {n: {name: [] for name in page.VARIANTS} for n in lengths}
+    for name in page.VARIANTS:
+        for seed in seeds:
+            model, _ = page.train_normaliser(name, seed=seed, n_pairs=lengths[0], steps=steps,
+                                             lr=lr, batch_size=64)  # fmt: skip
+            for n in lengths:
+                acc[n][name].append(page.retrieval_accuracy(model, n_pairs=n, seed=seed + 2,
+                                                            size=test_size))  # fmt: skip
+    verdict = q_softmax_verdict(acc, margin=MARGIN)
+    numbers = {f"{name} @{n}": round(spread(v).mean, 3) for n, a in acc.items()
+               for name, v in a.items()}  # fmt: skip
+    return Outcome(verdict, numbers)
+
+
+def c30_sweep_run(
+    *,
+    seeds: Sequence[int],
+    steps: int,
+    depth: int,
+    lrs: Sequence[float],
+    warmup: int = 40,
+    init: str = "torch",
+) -> Outcome:
+    """C30's verdict (:func:`c30_verdict`) as the chapter computes it: failed runs
+    (:func:`run_failed` on the mean loss of the last 20 steps) of ``depth``-layer stacks,
+    Post-LN without and with ``warmup`` steps of warm-up and Pre-LN without, one run per
+    (learning rate in ``lrs``, seed), initialised by ``init`` (``"torch"`` or ``"xavier"``)."""
+    setup = {"steps": steps, "batch_size": 16, "length": 8, "d_model": 16, "vocab": 16}
+    setup |= {"init": init}
+    failures, best = {}, {}
+    for pre, warm in ((False, 0), (False, warmup), (True, 0)):
+        runs = page.train_depth(depth, pre_ln=pre, lrs=lrs, warmup=warm, seeds=seeds, **setup)
+        key = ("Pre-LN" if pre else "Post-LN", warm)
+        finals = [page.final_loss(losses) for losses in runs.values()]
+        failures[key] = sum(run_failed(f, start_loss=math.log(16)) for f in finals)
+        low = min(finals)  # inf: every run went non-finite
+        best[f"{key[0]} warm-up {warm} best final loss"] = round(low, 3) if low < 1e9 else None
+    numbers = {f"{layout} warm-up {w}": v for (layout, w), v in failures.items()}
+    numbers |= {"runs": len(lrs) * len(seeds), "depth": depth, "steps": steps, "init": init}
+    numbers |= best
+    return Outcome(c30_verdict(failures, min_gap=MIN_GAP), numbers)
+
+
+def c29_measure(
+    *,
+    seeds: Sequence[int],
+    steps: int,
+    num_layers: int = 2,
+    n_images: int = 200,
+    n_adversarial: int = 64,
+) -> dict[str, list[float]]:
+    """C29's numbers per seed, as the chapter computes them: ``tau`` (attention's mean Kendall
+    τ with leave-one-out over ``n_images`` test images), ``controls`` (share of
+    ``n_adversarial`` images on which uniform or permuted ``[CLS]`` weights meet the
+    criterion), ``beyond`` (share of the images no control passes on which the searched
+    adversary does), ``found`` (the adversary's share of all images), ``accuracy``."""
+    data = digits()
+    images = data.test_images[:n_images]
+    out: dict[str, list[float]] = {k: [] for k in ("tau", "controls", "beyond", "found",
+                                                    "accuracy")}  # fmt: skip
+    for seed in seeds:
+        run = train_classifier(lambda: page.DigitsAttention(num_layers=num_layers),
+                               page.sampler(data.train_images, data.train_labels), seed=seed,
+                               test=(data.test_images, data.test_labels), threads=1,
+                               steps=steps, batch_size=32, lr=3e-3)  # fmt: skip
+        scores = page.importances(run.model, images)
+        adv = page.adversarial_attention(run.model, images[:n_adversarial], tol=TOL)
+        found = page.meets_criterion(adv, far=FAR, tol=TOL)  # (n,)
+        trivial = page.trivial_adversaries(run.model, images[:n_adversarial], seed=seed)
+        control = torch.stack([page.meets_criterion(a, far=FAR, tol=TOL)
+                               for a in trivial.values()]).any(0)  # fmt: skip
+        out["tau"].append(page.mean_rank_correlation(scores["attention"],
+                                                     scores["leave-one-out"]))  # fmt: skip
+        out["controls"].append(float(control.float().mean()))
+        rest = ~control
+        out["beyond"].append(float(found[rest].float().mean()) if rest.any() else 0.0)
+        out["found"].append(float(found.float().mean()))
+        out["accuracy"].append(run.accuracy)
+    return out
+
+
+def c29_sweep_run(**kwargs) -> Outcome:
+    """C29's verdict (:func:`c29_verdict`) from :func:`c29_measure` ``(**kwargs)``."""
+    m = c29_measure(**kwargs)
+    verdict = c29_verdict(m["tau"], m["beyond"], m["controls"], max_agreement=MAX_AGREEMENT,
+                          min_fraction=MIN_FRACTION)  # fmt: skip
+    key = {"tau max": max(m["tau"]), "controls max": max(m["controls"]),
+           "beyond min": min(m["beyond"]), "found mean": spread(m["found"]).mean,
+           "accuracy mean": spread(m["accuracy"]).mean}  # fmt: skip
+    per_seed = {k: [round(x, 3) for x in v] for k, v in m.items()}
+    knobs = {"layers": kwargs.get("num_layers", 2), "steps": kwargs["steps"]}
+    return Outcome(verdict, knobs | {k: round(v, 3) for k, v in key.items()} | per_seed)
+
+
+SCEPTIC_SWEEPS = (
+    Sweep(
+        "Q-softmax",
+        run=softmax_sweep_run,
+        baseline={"seeds": [0, 1, 2], "steps": 200, "lr": 3e-3},
+        perturbations=(
+            Perturbation("seeds 3–5", "three other seeds", {"seeds": [3, 4, 5]}),
+            Perturbation("600 steps", "a 3× longer training budget", {"steps": 600}),
+            Perturbation("lr 0.01", "learning rate 0.01 instead of 0.003", {"lr": 1e-2}),
+        ),
+    ),
+    Sweep(
+        "C29",
+        run=c29_sweep_run,
+        baseline={"seeds": [0, 1, 2], "steps": 150, "num_layers": 2},
+        perturbations=(
+            Perturbation("seeds 3–5", "three other seeds", {"seeds": [3, 4, 5]}),
+            Perturbation("450 steps", "a 3× longer training budget", {"steps": 450}),
+            Perturbation(
+                "1 layer", "a one-layer classifier (the issue's case)", {"num_layers": 1}
+            ),  # fmt: skip
+        ),
+    ),
+    Sweep(
+        "C30",
+        run=c30_sweep_run,
+        baseline={
+            "seeds": [0, 1, 2],
+            "steps": 150,
+            "depth": 12,
+            "lrs": [1e-3, 1e-2],
+            "init": "torch",
+        },
+        perturbations=(
+            Perturbation("seeds 3–5", "three other seeds", {"seeds": [3, 4, 5]}),
+            Perturbation("depth 6", "6 layers instead of 12 (the claim's knob)", {"depth": 6}),
+            Perturbation("450 steps", "a 3× longer training budget", {"steps": 450}),
+            Perturbation(
+                "Xavier init",
+                "Xavier-uniform weight matrices instead of torch's defaults",
+                {"init": "xavier"},
+            ),
+            Perturbation(
+                "lr 0.003, 0.03",
+                "learning rates 0.003 and 0.03 instead of 0.001 and 0.01",
+                {"lrs": [3e-3, 3e-2]},
+            ),  # fmt: skip
+        ),
+    ),
+)

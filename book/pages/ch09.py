@@ -4,9 +4,10 @@
 __all__ = ['Tensor', 'VARIANTS', 'N_SYMBOLS', 'D_MODEL', 'ROWS', 'IMPORTANCES', 'MIXERS', 'TASKS', 'retrieval_model',
            'train_normaliser', 'retrieval_accuracy', 'init_gradients', 'DigitsAttention', 'sampler', 'rollout',
            'importances', 'spearman', 'kendall', 'mean_rank_correlation', 'jensen_shannon', 'Adversary',
-           'adversarial_attention', 'TokenStack', 'shift_batch', 'token_loss', 'layer_gradient_norms', 'StackedRuns',
-           'train_depth', 'final_loss', 'ElmanRNN', 'ConvLayer', 'AttentionLayer', 'counted_flops', 'layer_reach',
-           'layer_costs', 'motif_batch', 'ends_batch', 'MixerClassifier', 'mixer_accuracy']
+           'adversarial_attention', 'trivial_adversaries', 'meets_criterion', 'TokenStack', 'shift_batch', 'token_loss',
+           'layer_gradient_norms', 'StackedRuns', 'train_depth', 'final_loss', 'ElmanRNN', 'ConvLayer',
+           'AttentionLayer', 'counted_flops', 'layer_reach', 'layer_costs', 'motif_batch', 'ends_batch',
+           'MixerClassifier', 'mixer_accuracy']
 
 # %% ../../chapters/09_faq_details.py #41b9600b0f4f
 import math
@@ -274,7 +275,7 @@ def mean_rank_correlation(a: Tensor, b: Tensor, *, kind: str = "kendall") -> flo
     fn = kendall if kind == "kendall" else spearman
     return float(fn(a.double(), b.double()).mean())
 
-# %% ../../chapters/09_faq_details.py #4e99ca280e28
+# %% ../../chapters/09_faq_details.py #bc36c7007b4c
 def jensen_shannon(p: Tensor, q: Tensor) -> Tensor:
     """JSD in bits (0 … 1) between distributions along the last dim."""
     m = 0.5 * (p + q)
@@ -342,6 +343,41 @@ def adversarial_attention(
             p.requires_grad_(True)
     return Adversary(best_jsd, best_tvd, same, best_w)
 
+
+def trivial_adversaries(
+    model: DigitsAttention, images: Tensor, *, seed: int = 0
+) -> dict[str, Adversary]:
+    """Wiegreffe & Pinter's controls for :func:`adversarial_attention`: ``[CLS]`` weights of
+    the last layer that no search chose, put through the same measurements — ``"uniform"``
+    (``1/L`` on every token) and ``"permuted"`` (the model's own weights of each head, shuffled
+    over the tokens by one random permutation per image, from ``seed``). ``images (B, 8, 8)``."""
+    model.eval()
+    with torch.no_grad():
+        base = model.run(images)
+        x_last, values = base["inputs"][-1], base["values"]  # (B, 9, D), (B, H, 9, Dh)
+        p0 = base["logits"].softmax(-1)  # (B, 10)
+        w0 = base["weights"][-1][:, :, 0]  # (B, H, L)
+        g = torch.Generator().manual_seed(seed)
+        perms = torch.stack([torch.randperm(w0.shape[-1], generator=g) for _ in images])  # (B, L)
+        candidates = {
+            "uniform": torch.full_like(w0, 1.0 / w0.shape[-1]),  # (B, H, L)
+            "permuted": w0.gather(-1, perms[:, None].expand_as(w0)),  # (B, H, L)
+        }
+        out = {}
+        for name, w in candidates.items():
+            p = model.cls_logits(x_last, values, w).softmax(-1)  # (B, 10)
+            tvd = 0.5 * (p - p0).abs().sum(-1)  # (B,)
+            same = p.argmax(-1) == p0.argmax(-1)  # (B,)
+            out[name] = Adversary(jensen_shannon(w, w0).mean(1), tvd, same, w)
+    return out
+
+
+def meets_criterion(adversary: Adversary, *, far: float, tol: float) -> Tensor:
+    """Per image ``(B,)`` bool: the ``[CLS]`` weights are at least ``far`` bits (JSD) from the
+    model's own while the output moves by at most ``tol`` (total variation) and the predicted
+    class stays — the criterion of C29's test (ii)."""
+    return (adversary.jsd >= far) & adversary.same_prediction & (adversary.output_change <= tol)
+
 # %% ../../chapters/09_faq_details.py #818cf63d9985
 class TokenStack(nn.Module):
     """Embedding + learned positions + ``num_layers`` encoder layers + read-out, per token.
@@ -396,7 +432,7 @@ def layer_gradient_norms(
     token_loss(model, batch).backward()
     return [float(layer.ff.linear2.weight.grad.norm()) for layer in model.layers]
 
-# %% ../../chapters/09_faq_details.py #3b9f615d0cdb
+# %% ../../chapters/09_faq_details.py #c8a0f57817a5
 class StackedRuns(nn.Module):
     """Several :class:`TokenStack` runs trained at once, each with its own seed and learning
     rate factor, by one :func:`fit` call (see the text above). The runs share nothing: their
@@ -415,8 +451,10 @@ class StackedRuns(nn.Module):
         d_model: int = 16,
         vocab: int = 16,
         length: int = 12,
+        init: str = "torch",
     ):
         super().__init__()
+        check_choice("init", init, ("torch", "xavier"))
         if len(seeds) != len(lr_factors) or not seeds:
             raise ValueError(
                 f"seeds and lr_factors must be non-empty and of one length, got {len(seeds)} "
@@ -428,6 +466,10 @@ class StackedRuns(nn.Module):
             torch.manual_seed(seed)
             self.models.append(TokenStack(num_layers, pre_ln=pre_ln, d_model=d_model,
                                           vocab=vocab, length=length))  # fmt: skip
+            if init == "xavier":  # Xavier-uniform weight matrices (the 2017 recipe), same seed
+                for m in self.models[-1].modules():
+                    if isinstance(m, nn.Linear):
+                        nn.init.xavier_uniform_(m.weight)
         self.num_heads = self.models[0].layers[0].self_attn.num_heads
         self.register_buffer("factors", torch.tensor([float(f) for f in lr_factors]))
         self.stored = nn.ParameterDict()
@@ -511,7 +553,7 @@ class StackedRuns(nn.Module):
             x = norm(x, "norm")  # the final LayerNorm
         return linear(x, "out").view(r, b, l, -1)  # (R, B, L, V)
 
-# %% ../../chapters/09_faq_details.py #26c8804cf55e
+# %% ../../chapters/09_faq_details.py #89e15d4d80f9
 def train_depth(
     num_layers: int,
     *,
@@ -524,14 +566,17 @@ def train_depth(
     batch_size: int = 32,
     vocab: int = 16,
     length: int = 12,
+    init: str = "torch",
 ) -> dict[tuple[float, int], list[float]]:
     """Train one :class:`TokenStack` per (learning rate, seed) on :func:`shift_batch` with Adam
     (no clipping) and ``warmup`` steps of :func:`linear_warmup` (0: none), all at once
-    (:class:`StackedRuns`). Returns ``(lr, seed) -> the run's loss at every step``."""
+    (:class:`StackedRuns`; ``init="xavier"``: Xavier-uniform weight matrices). Returns
+    ``(lr, seed) -> the run's loss at every step``."""
     runs = [(lr, seed) for lr in lrs for seed in seeds]
     top = max(lrs)
     model = StackedRuns([s for _, s in runs], [lr / top for lr, _ in runs], num_layers,
-                        pre_ln=pre_ln, d_model=d_model, vocab=vocab, length=length)  # fmt: skip
+                        pre_ln=pre_ln, d_model=d_model, vocab=vocab, length=length,
+                        init=init)  # fmt: skip
     generators = [torch.Generator().manual_seed(seed + 1) for _, seed in runs]
     per_run: list[list[float]] = [[] for _ in runs]
 

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
-from book.checks import exercises_for_chapter
+from book.checks import CheckFailed, exercises_for_chapter
+from book.sceptic import Outcome
 from tests.book.check_outcomes import fails, run_check
 
 EXERCISES = {ex.id: ex for ex in exercises_for_chapter("09")}
 
 
-def test_all_four_exercises_are_registered():
-    assert sorted(EXERCISES) == ["09.1", "09.2", "09.3", "09.4"]
+def test_all_five_exercises_are_registered():
+    assert sorted(EXERCISES) == ["09.1", "09.2", "09.3", "09.4", "09.5"]
 
 
 # --- 09.1 -------------------------------------------------------------------------------------
@@ -99,3 +101,29 @@ def test_warmup_factor():
     fails("09.4", lambda step, w: min(0.9, (step + 1) / w), "never reached")
     fails("09.4", lambda step, w: min(1.0, (step + 1) / w) if step < w else 0.5, "at step")
     fails("09.4", lambda step, w: None, "should be a number")
+
+
+# --- 09.5 predict, then run -------------------------------------------------------------------
+
+ONE_LAYER = Outcome("partly", {"layers": 1, "tau max": 0.02, "controls max": 0.0,
+                               "beyond min": 0.16})  # fmt: skip
+
+
+def _predict(verdict):
+    return lambda: verdict
+
+
+def test_the_right_prediction_passes():
+    EXERCISES["09.5"].check(_predict("partly"), outcome=ONE_LAYER)
+
+
+def test_a_wrong_prediction_fails_with_the_explanation():
+    with pytest.raises(CheckFailed, match=r"you predicted 'reproduced'.*gives 'partly'.*"
+                       r"only mixing of the rows"):  # fmt: skip
+        EXERCISES["09.5"].check(_predict("reproduced"), outcome=ONE_LAYER)
+
+
+def test_an_outcome_of_the_unchanged_baseline_fails():
+    baseline = Outcome("partly", {"layers": 2, "tau max": 0.1})
+    with pytest.raises(CheckFailed, match="has 2 layers, not 1"):
+        EXERCISES["09.5"].check(_predict("partly"), outcome=baseline)

@@ -196,6 +196,40 @@ def test_importances_and_adversary_shapes():
     torch.testing.assert_close(adv.weights.sum(-1), torch.ones(5, 2))
 
 
+def test_trivial_adversaries_are_uniform_and_permuted_weights_put_through_the_model():
+    torch.manual_seed(0)
+    model = ch09.DigitsAttention()
+    images = torch.rand(4, 8, 8)
+    controls = ch09.trivial_adversaries(model, images, seed=3)
+    with torch.no_grad():
+        own = model.run(images)
+    w0 = own["weights"][-1][:, :, 0]  # (4, H, 9)
+    torch.testing.assert_close(controls["uniform"].weights, torch.full_like(w0, 1 / 9))
+    # permuted: each image's weights are a permutation of its own, the same one for each head
+    for b in range(4):
+        perm = controls["permuted"].weights[b]  # (H, 9)
+        torch.testing.assert_close(perm.sort(-1).values, w0[b].sort(-1).values)
+    for name, adv in controls.items():
+        # the reference: the full model run with these [CLS] weights
+        with torch.no_grad():
+            p = model.run(images, cls_weights=adv.weights)["logits"].softmax(-1)
+        p0 = own["logits"].softmax(-1)
+        torch.testing.assert_close(adv.output_change, 0.5 * (p - p0).abs().sum(-1))
+        assert torch.equal(adv.same_prediction, p.argmax(-1) == p0.argmax(-1)), name
+        torch.testing.assert_close(adv.jsd, ch09.jensen_shannon(adv.weights, w0).mean(1))
+
+
+def test_meets_criterion_needs_far_weights_a_small_change_and_the_same_class():
+    adv = ch09.Adversary(
+        jsd=torch.tensor([0.5, 0.5, 0.1, 0.5]),
+        output_change=torch.tensor([0.005, 0.02, 0.005, 0.005]),
+        same_prediction=torch.tensor([True, True, True, False]),
+        weights=torch.zeros(4, 2, 9),
+    )
+    got = ch09.meets_criterion(adv, far=0.3, tol=0.01)
+    assert got.tolist() == [True, False, False, False]
+
+
 # ------------------------------------------------------------------------------------------
 # 9.3 C30
 # ------------------------------------------------------------------------------------------
@@ -232,6 +266,24 @@ def test_stacked_runs_compute_each_runs_token_stack(pre_ln):
         torch.manual_seed(r)
         alone = ch09.TokenStack(3, pre_ln=pre_ln)
         torch.testing.assert_close(out[r], alone(tokens[r]), atol=1e-5, rtol=1e-4)
+
+
+def test_stacked_runs_with_xavier_init_are_token_stacks_with_xavier_weight_matrices():
+    model = ch09.StackedRuns([0, 1], [1.0, 0.5], 2, pre_ln=False, init="xavier")
+    tokens = torch.randint(16, (2, 4, 12), generator=torch.Generator().manual_seed(0))
+    out = model(tokens)
+    for r in range(2):
+        torch.manual_seed(r)
+        alone = ch09.TokenStack(2, pre_ln=False)
+        default = alone(tokens[r])
+        for m in alone.modules():
+            if isinstance(m, torch.nn.Linear):
+                bound = math.sqrt(6 / (m.in_features + m.out_features))
+                torch.nn.init.uniform_(m.weight, -bound, bound)  # Xavier-uniform, written out
+        torch.testing.assert_close(out[r], alone(tokens[r]), atol=1e-5, rtol=1e-4)
+        assert not torch.allclose(out[r], default, atol=1e-3)
+    with pytest.raises(ValueError, match="init"):
+        ch09.StackedRuns([0], [1.0], 1, pre_ln=True, init="kaiming")
 
 
 def test_stacked_runs_train_like_separate_runs_at_their_own_learning_rates():

@@ -14,10 +14,11 @@
 # %% [markdown]
 # # Exercises, chapter 1 — Why attention: the limits of RNNs
 #
-# Five exercises on chapter 1 (`chapters/01_rnn_limits.py`): count how many steps separate
+# Six exercises on chapter 1 (`chapters/01_rnn_limits.py`): count how many steps separate
 # two tokens, write the recurrence that creates those steps, work out what the steps do to a
-# gradient (once as a formula, once as a number), and build the other kind of attention the
-# chapter met, cross-attention. Each `check(...)` cell tests your function on inputs of its
+# gradient (once as a formula, once as a number), build the other kind of attention the
+# chapter met, cross-attention, and predict how one of the chapter's verdicts moves when you
+# change one knob of its experiment. Each `check(...)` cell tests your function on inputs of its
 # own and prints ✓, or ✗ with a hint.
 #
 # Conventions as in the book: token representations are `(B, L, D)`; attention tensors are
@@ -41,6 +42,7 @@ import math  # noqa: F401  (needed by some answers)
 import torch
 
 from book.checks import check
+from book.claims.ch01 import c1_sweep_run
 
 # %% [markdown]
 # ## Exercise 01.1 — Path length in an RNN and in attention (★)
@@ -144,3 +146,31 @@ def cross_attention(decoder_x, encoder_x, w_q, w_k, w_v):
 
 # %%
 check("01.5", cross_attention)
+
+# %% [markdown]
+# ## Exercise 01.6 — Predict, then run: the forget-gate bias (★★)
+#
+# Section 1.2 judged C1 ("information fades with distance; LSTM gating eases this but does
+# not cure it") with an LSTM whose forget-gate bias was raised by 3 as the model that eases
+# the decay, and found it *reproduced*: that LSTM's far gradient is orders of magnitude below
+# its near one, but far less so than the default LSTM's. Now raise the bias to **+5**, the
+# value section 1.4 uses as its remedy: at initialisation $f \approx \sigma(5) \approx 0.993$
+# instead of $\sigma(3) \approx 0.95$. Before running anything, work out roughly how much
+# $0.993^{450}$ and $0.95^{450}$ are (the far band is about 450 steps from the near one), and
+# predict the verdict of the same verdict function, `c1_verdict`: "reproduced" (eases, does
+# not cure), "partly" (one half fails) or "not reproduced" (no decay to ease, or attention not
+# flat). Then run the cell below (a few seconds) and let `check` compare.
+
+
+# %%
+def my_prediction() -> str:
+    """C1's verdict with forget-gate bias +5: "reproduced", "partly" or "not reproduced"."""
+    raise NotImplementedError("Exercise 01.6")
+
+
+# %%
+outcome = c1_sweep_run(seed=0, seq_len=500, forget_bias=5.0, eased="lstm")  # a few seconds
+print(outcome.verdict, outcome.numbers["far/near (RNN, GRU, LSTM, eased, attention)"])
+
+# %%
+check("01.6", my_prediction, outcome=outcome)

@@ -14,9 +14,10 @@
 # %% [markdown]
 # # Exercises, chapter 2 — Q, K, V and scaled dot-product attention
 #
-# Five exercises on chapter 2 (`chapters/02_scaled_dot_product.py`): two pieces of code
+# Six exercises on chapter 2 (`chapters/02_scaled_dot_product.py`): two pieces of code
 # you will meet in every later chapter, two numbers you should be able to work out on paper,
-# and the derivative that explains why the $1/\sqrt{d_k}$ matters. Each `check(...)` cell
+# the derivative that explains why the $1/\sqrt{d_k}$ matters, and one experiment (predict
+# C7's verdict under another initialisation, then run it). Each `check(...)` cell
 # tests your function on inputs of its own and prints ✓, or ✗ with a hint.
 #
 # Conventions as in the book: tensors are `[batch, heads, seq, dim]`; a boolean mask means
@@ -146,3 +147,34 @@ def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
 
 # %%
 check("02.5", softmax_jacobian)
+
+# %% [markdown]
+# ## Exercise 02.6 — Predict, then run: the initialisation of $W_Q$, $W_K$ (★★)
+#
+# C7 says that without the $1/\sqrt{d_k}$ scale the training loss "barely moves for the first
+# few hundred steps". The chapter draws $W_Q$ and $W_K$ with std $1/\sqrt{d_\text{model}}$, so
+# that $q$ and $k$ start with unit-variance components, as C5 assumes. Change that one knob:
+# torch's default `nn.Linear` initialisation (uniform, std $1/\sqrt{3\,d_\text{model}}$).
+# Before running, predict C7's verdict on seed 0 by the chapter's thresholds (`c7_verdict`:
+# the unscaled loss must stay above 90 % of its start past step 100 while the scaled one
+# falls below 65 %; "reproduced" needs the plateau to last 200 steps).
+#
+# To keep the run near five seconds it trains 120 steps instead of the chapter's 400. That
+# decides whether there is a plateau at step 100 (the same steps, data and weights as a longer
+# run), but 120 steps cannot show one of 200: the answer is "partly" or "not reproduced".
+
+
+# %%
+def my_prediction() -> str:
+    """C7's verdict with torch's default initialisation of W_Q, W_K: "reproduced", "partly"
+    or "not reproduced"."""
+    raise NotImplementedError("Exercise 02.6")
+
+
+# %%
+from book.claims.ch02 import c7_prediction_run  # noqa: E402
+
+outcome = c7_prediction_run(seed=0, steps=120, qk_init="torch")  # ≈ 5 s on one core
+
+# %%
+check("02.6", my_prediction, outcome=outcome)

@@ -14,11 +14,11 @@
 # %% [markdown]
 # # Exercises, chapter 4 — Positional encoding
 #
-# Five exercises on chapter 4 (`chapters/04_positional_encoding.py`): the two encodings
+# Six exercises on chapter 4 (`chapters/04_positional_encoding.py`): the two encodings
 # you will implement in every Transformer you write (the sinusoidal table and RoPE), the
-# matrix behind the claim that a sinusoidal shift is linear, and two numbers worth knowing by
-# heart. Each `check(...)` cell tests your function on inputs of its own and prints ✓, or ✗
-# with a hint.
+# matrix behind the claim that a sinusoidal shift is linear, two numbers worth knowing by
+# heart, and one experiment (predict C14's verdict for a bigger model, then run it). Each
+# `check(...)` cell tests your function on inputs of its own and prints ✓, or ✗ with a hint.
 #
 # Conventions as in the book: per-head tensors are `[batch, heads, seq, dim]`; a position
 # table has one row per position, `(max_len, d_model)`. Build everything from `torch`
@@ -148,3 +148,30 @@ def bert_position_parameters() -> int:
 
 # %%
 check("04.5", bert_position_parameters)
+
+
+# %% [markdown]
+# ## Exercise 04.6 — Predict, then run: a bigger model (★★)
+#
+# Section 4.6 trained one small model (1 layer, $d_\text{model} = 32$). With 2 layers and
+# $d_\text{model} = 64$, RoPE keeps far more of its accuracy past the training length (the
+# chapter's sweep of C15). Does the sinusoidal model's collapse soften with size too? Predict
+# C14's verdict for the bigger model on seed 0, by the chapter's test (`c14_verdict`:
+# "reproduced" when the model reaches 0.9 at 32 tokens and its accuracy falls by at least
+# 0.3 at every length of 64 tokens and more; "partly" when it falls that far at some of
+# them only), then run it. The run trains one model for 400 steps: about ten seconds.
+
+
+# %%
+def my_prediction() -> str:
+    """C14's verdict with 2 layers and d_model 64: "reproduced", "partly" or "not reproduced"."""
+    raise NotImplementedError("Exercise 04.6")
+
+
+# %%
+from book.claims.ch04 import c14_sweep_run  # noqa: E402
+
+outcome = c14_sweep_run(seeds=[0], steps=400, num_layers=2, d_model=64)  # ≈ 10 s on one core
+
+# %%
+check("04.6", my_prediction, outcome=outcome)

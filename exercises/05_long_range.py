@@ -14,10 +14,11 @@
 # %% [markdown]
 # # Chapter 5 — Exercises: long-range dependencies and what they cost
 #
-# Five exercises on chapter 5 (`chapters/05_long_range.py`): the memory of the $n \times n$
+# Six exercises on chapter 5 (`chapters/05_long_range.py`): the memory of the $n \times n$
 # score table, band (sliding-window) attention written with a mask, how many scores a window
 # saves, linear attention with $\varphi(x) = \mathrm{elu}(x) + 1$, and the longest sequence
-# whose scores fit in a given memory. Each exercise defines a function; the cell after it
+# whose scores fit in a given memory; and one experiment: predict a window model's verdict, then
+# run it. Each exercise defines a function; the cell after it
 # checks your function against the `attention` package on inputs it chooses, and says what
 # looks wrong if it is.
 
@@ -145,3 +146,31 @@ def longest_sequence(memory_bytes: int, num_heads: int, bytes_per_element: int =
 
 # %%
 check("05.5", longest_sequence)
+
+# %% [markdown]
+# ## Exercise 05.6 — Predict, then run: a window's depth and budget (★★)
+#
+# In section 5.5, three window layers of ±12 on 32-token documents (topic in the first 8)
+# reach the whole topic span, yet stayed at chance after 200 steps: "C19 window depth" came
+# out *partly* (reach is necessary, not sufficient within the budget). Change two knobs: a
+# wider window with one layer fewer, **±16 × 2 layers** (its reach after two layers still
+# covers the span: `reach_after`), and a **3× budget, 600 steps**, one seed. Before running,
+# predict the verdict `c19_reach_verdict` will give: "reproduced" (accuracy within 0.1 of
+# the 1.00 its reach predicts, the blind one-layer model at chance), "partly" (at chance or
+# short of 1.00), or "not reproduced" (the blind model beat chance).
+
+
+# %%
+def my_prediction() -> str:
+    """C19 window depth's verdict for window ±16 × 2 layers at 600 steps, seed 0."""
+    raise NotImplementedError("Exercise 05.6")
+
+
+# %%
+from book.claims.ch05 import c19_depth_sweep_run  # noqa: E402
+
+outcome = c19_depth_sweep_run(seeds=[0], steps=600, window=16, layers=2)  # ≈ 5 s on one core
+print(outcome)
+
+# %%
+check("05.6", my_prediction, outcome=outcome)

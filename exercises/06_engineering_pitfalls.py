@@ -14,10 +14,11 @@
 # %% [markdown]
 # # Chapter 6 — Exercises: engineering pitfalls
 #
-# Five exercises on chapter 6 (`chapters/06_engineering_pitfalls.py`): three pieces of
+# Six exercises on chapter 6 (`chapters/06_engineering_pitfalls.py`): three pieces of
 # code that are easy to get subtly wrong — a causal mask, a masked softmax, a key-padding
-# mask — and two numbers worth knowing by heart: where float16 overflows in `QKᵀ`, and how big
-# a KV cache is. Each check runs your answer on inputs it chooses and compares it with the
+# mask — two numbers worth knowing by heart: where float16 overflows in `QKᵀ`, and how big
+# a KV cache is — and one experiment: predict a claim's verdict when one knob changes, then
+# run it. Each check runs your answer on inputs it chooses and compares it with the
 # package; when your answer matches a typical mistake (the wrong polarity, `-1e9` in float16,
 # a padding mask on the queries, …) the message names it.
 
@@ -39,6 +40,7 @@ import math
 import torch
 
 from book.checks import check
+from book.claims.ch06 import c22_sweep_run
 
 # %% [markdown]
 # ## Exercise 06.1 — A causal mask in the package's polarity (★)
@@ -121,3 +123,29 @@ def kv_cache_bytes(num_layers, batch_size, num_heads, num_kv_heads, head_dim, se
 
 # %%
 check("06.5", kv_cache_bytes)
+
+# %% [markdown]
+# ## Exercise 06.6 — Predict, then run: the classifier trained without its mask (★★)
+#
+# Section 6.3 trained its padding classifier *with* the key-padding mask, then ran it with
+# and without the mask: without it, accuracy fell as the padding grew (C22: "padding
+# dilutes"). Change one knob: train the classifier *without* its mask from the start (the
+# bug present all along), then run it with and without the mask at 0 to 32 pads, seed 0,
+# the chapter's 60 steps. C22's other two parts — the real tokens' outputs do not move with
+# the mask, the combined padding + causal mask gives torch's output — are measured as in the
+# chapter. Before running: what is C22's verdict? Write it in `my_prediction`.
+
+
+# %%
+def my_prediction() -> str:
+    """C22's verdict for a classifier trained without its padding mask: "reproduced",
+    "partly" or "not reproduced"."""
+    raise NotImplementedError("Exercise 06.6")
+
+
+# %%
+outcome = c22_sweep_run(seeds=[0], steps=60, train_masked=False)  # about 1 s
+print(outcome)
+
+# %%
+check("06.6", my_prediction, outcome=outcome)

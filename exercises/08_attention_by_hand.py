@@ -14,9 +14,10 @@
 # %% [markdown]
 # # Chapter 8 — Exercises: writing attention by hand
 #
-# Four exercises on chapter 8 (`chapters/08_attention_by_hand.py`): read
-# `nn.MultiheadAttention`'s packed weights, write the multi-head forward pass yourself, and
-# write two of the unit tests that catch a broken one. The check after each exercise runs your
+# Five exercises on chapter 8 (`chapters/08_attention_by_hand.py`): read
+# `nn.MultiheadAttention`'s packed weights, write the multi-head forward pass yourself,
+# write two of the unit tests that catch a broken one, and predict (then run) what a longer
+# training budget does to C28's verdict for one layout. The check after each exercise runs your
 # code on inputs it chooses. For exercise 08.2 it also runs every wrong `view`/`transpose`
 # order of the chapter on the same input, so if your output matches one of them, it tells you
 # which. For 08.3 and 08.4 it runs your test on modules with each of those bugs and checks
@@ -41,6 +42,7 @@ import torch
 from torch import nn
 
 from book.checks import check
+from book.claims.ch08 import c28_layout_run
 
 # %% [markdown]
 # ## Exercise 08.1 — Unpack `nn.MultiheadAttention`'s weights (★★)
@@ -118,3 +120,29 @@ def leaks_future(module: nn.Module) -> bool:
 
 # %%
 check("08.4", leaks_future)
+
+# %% [markdown]
+# ## Exercise 08.5 — Predict, then run: a longer budget for the unlucky seed (★★)
+#
+# In section 8.4 one seed of the *interleaved* layout (seed 2) ended with the partner
+# relation learnt and the previous token near chance after 300 steps — a ruined run, by
+# C28's test, against the correct layout trained from the same seed. Change one knob: the
+# budget, 600 steps instead of 300. `c28_layout_run` trains the correct layout and the one
+# you name on one seed and judges C28 on those two: "reproduced" if the wrong layout is
+# ruined, "not reproduced" if it is not. Before running: what is the verdict for the
+# interleaved layout, seed 2, at 600 steps? (Section 8.4's permutation argument is the hint.)
+
+
+# %%
+def my_prediction() -> str:
+    """C28's verdict for the interleaved layout, seed 2, 600 steps: "reproduced", "partly" or
+    "not reproduced"."""
+    raise NotImplementedError("Exercise 08.5")
+
+
+# %%
+outcome = c28_layout_run(layout="interleaved", seed=2, steps=600)  # about 7 s
+print(outcome)
+
+# %%
+check("08.5", my_prediction, outcome=outcome)

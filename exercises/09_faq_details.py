@@ -14,10 +14,11 @@
 # %% [markdown]
 # # Chapter 9 — Exercises: frequently asked details
 #
-# Four exercises on chapter 9 (`chapters/09_faq_details.py`): the weights of sigmoid
+# Five exercises on chapter 9 (`chapters/09_faq_details.py`): the weights of sigmoid
 # attention with the $-\log n$ bias, attention rollout across layers, Kendall's rank
-# correlation (the measure behind "attention is not explanation"), and the learning-rate
-# factor of a linear warm-up. Each exercise defines a function; the cell after it checks
+# correlation (the measure behind "attention is not explanation"), the learning-rate
+# factor of a linear warm-up, and a prediction of C29's verdict for a one-layer classifier,
+# checked against the run. Each exercise defines a function; the cell after it checks
 # your function on inputs it chooses, against the `book` package or an independent
 # computation, and names the usual mistake when it recognises one.
 
@@ -112,3 +113,32 @@ def warmup_factor(step: int, warmup_steps: int) -> float:
 
 # %%
 check("09.4", warmup_factor)
+
+# %% [markdown]
+# ## Exercise 9.5 — Predict, then run: a one-layer classifier (★★)
+#
+# Chapter 9 finds C29 ("attention is not explanation") **reproduced** for its two-layer digit
+# classifier at 150 steps: attention ranks the rows unlike leave-one-out (part i), and on the
+# images where uniform or permuted `[CLS]` weights do not already pass, a searched adversary
+# finds far-away weights that keep the output (part ii). Change one knob: a classifier with
+# **one** encoder layer, so that the last layer's `[CLS]` weights are the model's only mixing
+# of the rows. Before running, predict C29's verdict for seed 0: "reproduced", "partly" or
+# "not reproduced". Then run the claim's experiment (`c29_sweep_run`, the runner of the
+# chapter's sceptic sweep: a few seconds) and let the check compare.
+
+
+# %%
+from book.claims.ch09 import c29_sweep_run
+
+
+def my_prediction() -> str:
+    """C29's verdict with a one-layer classifier: "reproduced", "partly" or "not reproduced"."""
+    raise NotImplementedError("Exercise 09.5")
+
+
+# %%
+outcome = c29_sweep_run(seeds=[0], steps=150, num_layers=1)  # ≤ ~10 s
+print(outcome)
+
+# %%
+check("09.5", my_prediction, outcome=outcome)

@@ -14,10 +14,11 @@
 # %% [markdown]
 # # Chapter 10 — Exercises: building and costing an encoder
 #
-# Four exercises on chapter 10 (`chapters/10_application.py`): cut images into patch tokens
+# Five exercises on chapter 10 (`chapters/10_application.py`): cut images into patch tokens
 # in reading order, count the FLOPs of one encoder layer and the share that grows with $n^2$,
-# average a padded batch over its real tokens only, and build the 2-D neighbourhood mask that
-# a window in reading order only approximates. Each exercise defines a function; the cell
+# average a padded batch over its real tokens only, build the 2-D neighbourhood mask that
+# a window in reading order only approximates, and predict a claim's verdict under a changed
+# knob before running it. Each exercise defines a function; the cell
 # after it checks your function on inputs it chooses, against the `attention` package or an
 # independent computation, and says what looks wrong if it is.
 
@@ -114,3 +115,33 @@ def grid_neighbours(rows: int, cols: int, radius: int) -> torch.Tensor:
 
 # %%
 check("10.4", grid_neighbours)
+
+# %% [markdown]
+# ## Exercise 10.5 — Predict, then run: RoPE's base (★★)
+#
+# Section 10.3 judged §10 relative (*relative position schemes lose to absolute ones on a
+# fixed-size 2-D input*: RoPE and ALiBi each at least 0.05 below the better absolute scheme)
+# with RoPE at its usual base, 10000. With head width 8 the four channel pairs of RoPE turn by
+# $1, 10^{-1}, 10^{-2}, 10^{-3}$ radians per token, so across 16 tokens two pairs hardly turn
+# at all. The knob: **RoPE's base, 16**, so that every pair turns by at least one radian
+# across the image. One seed (0), the chapter's 200 steps; sinusoidal, learned, RoPE and
+# ALiBi are trained (about 6 s on an idle core).
+#
+# Before you run it, predict §10 relative's verdict: does a base tuned to the length save
+# RoPE (then only ALiBi loses: "partly"), or do relative offsets lose anyway ("reproduced")?
+
+# %%
+from book.claims.ch10 import relative_sweep_run
+
+
+def my_prediction() -> str:
+    """§10 relative's verdict with RoPE base 16: "reproduced", "partly" or "not reproduced"."""
+    raise NotImplementedError("Exercise 10.5")
+
+
+# %%
+outcome = relative_sweep_run(seeds=[0], steps=200, rope_base=16.0)  # about 6 s
+print(outcome)
+
+# %%
+check("10.5", my_prediction, outcome=outcome)

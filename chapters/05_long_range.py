@@ -365,7 +365,7 @@ for n, g in zip(LENGTHS_DILUTION, dilution, strict=True):
     print(f"L = {n:5d}: mean gradient per token {g:.2e}   × L = {g * n:.2f}")
 print(f"fitted exponent: gradient ∝ L^{dilution_slope:.2f}")
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 assert -1.15 < dilution_slope < -0.85  # ≈ 1/L
 record_claim(
     "C16",
@@ -751,7 +751,7 @@ for (seed, n), s in links.items():
     reverse = s["stats"].reverse.mean().item() * n
     print(f"{seed:>4} {n:>4} {cells} {s['stats'].ratio:>12.0f} {reverse:>11.2f}")
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 n_linked = {seed: sum(v > 0.5 for v in links[seed, 128]["cells"].values()) for seed in SEEDS}
 acc_by_length = {128: acc128, 512: acc512}
 c17_runs = [  # (cells, measured) per seed and length; thresholds: book.claims.ch05
@@ -1120,7 +1120,7 @@ record_claim(
 # chance where full attention, trained alike, solves the task (`c19_window_verdict`). The
 # sceptic's sweep re-runs the pair on other seeds and a 3× budget.
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 verdict_window = c19_window_verdict([acc_window], [acc_full])
 record_claim(
     "C19 window",
@@ -1237,7 +1237,7 @@ print(deep_classifier(SlidingWindowAttnFn(12, 12), 3))
 # depth that reaches the span also solves the task. The sweep below it tries other seeds,
 # longer budgets, and a wider window with fewer layers.
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 window_names = [n for n in depth_configs if n.startswith("window ±12")]
 assert_c19_blind_at_chance({n: acc_depth[n] for n in window_names},
                            {n: predicted_short[n] for n in window_names})  # fmt: skip
@@ -1263,7 +1263,7 @@ print(sweep_summary("C19 window depth"))
 # with their own ids; here position 16 holds a random filler, so the sweep adds a
 # Longformer-faithful run where it holds a dedicated token id.
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 global_names = [n for n in depth_configs if "global" in n]
 assert_c19_blind_at_chance({n: acc_depth[n] for n in global_names},
                            {n: predicted_short[n] for n in global_names})  # fmt: skip
@@ -1470,7 +1470,7 @@ assert rank_linear <= 8 and rank_softmax == 64
 # than every full-attention seed, and at least one must solve it (a ceiling would show as no
 # seed getting there).
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 full_solved = [solved_at["full", seed] for seed in SEEDS]
 linear_solved = [solved_at["linear", seed] for seed in SEEDS]
 assert_c19_linear_learns_slower(full_solved, linear_solved, linear_acc.values)

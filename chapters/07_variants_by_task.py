@@ -1920,7 +1920,7 @@ axes[1].tick_params(axis="x", labelsize=8)
 fig.tight_layout()
 
 
-# %%
+# %% tags=["nbval-check-output"] tolerance="trained"
 def both(scale):
     return retrieval[scale, "image_to_text"].values, retrieval[scale, "text_to_image"].values
 

@@ -208,37 +208,36 @@ print(f"n = {longest_sequence(80 * 2**30, 32, 2):,} tokens")
 # root is what makes dense attention's memory, not its compute, the first wall.
 
 # %% [markdown]
-# ## Exercise 05.6 — Predict, then run: a window's depth and budget (★★)
+# ## Exercise 05.6 — Predict, then run: the LSTM's forget-gate bias (★★)
 #
-# In section 5.5, three window layers of ±12 on 32-token documents (topic in the first 8)
-# reach the whole topic span, yet stayed at chance after 200 steps: "C19 window depth" came
-# out *partly* (reach is necessary, not sufficient within the budget). Change two knobs: a
-# wider window with one layer fewer, **±16 × 2 layers** (its reach after two layers still
-# covers the span: `reach_after`), and a **3× budget, 600 steps**, one seed. Before running,
-# predict the verdict `c19_reach_verdict` will give: "reproduced" (accuracy within 0.1 of
-# the 1.00 its reach predicts, the blind one-layer model at chance), "partly" (at chance or
-# short of 1.00), or "not reproduced" (the blind model beat chance).
+# C16 contrasts two gradients in section 5.2: attention's stays flat with the distance, while
+# the recurrent networks' vanishes (the LSTM's far/near ratio must fall below
+# `C16_LSTM_VANISHED` at torch's default initialisation). Many LSTM recipes start the forget
+# gate's bias at +1, so that the gate starts half open. Change that one knob: build the LSTM
+# with **forget-gate bias +1**, seed 0, and measure again. Before running, predict the verdict
+# `c16_verdict` will give: "reproduced" (attention flat, both recurrent gradients vanish),
+# "partly" (attention flat, but a recurrent gradient survives) or "not reproduced" (attention
+# not flat).
 
 
 # %%
 def my_prediction() -> str:
-    """C19 window depth's verdict for window ±16 × 2 layers at 600 steps, seed 0."""
+    """C16's verdict with the LSTM's forget-gate bias at +1, seed 0."""
     ### BEGIN SOLUTION
-    return "reproduced"
+    return "partly"
     ### END SOLUTION
 
 
 # %%
-from book.claims.ch05 import c19_depth_sweep_run  # noqa: E402
+from book.claims.ch05 import c16_sweep_run  # noqa: E402
 
-outcome = c19_depth_sweep_run(seeds=[0], steps=600, window=16, layers=2)  # ≈ 5 s on one core
+outcome = c16_sweep_run(seeds=[0], forget_bias=1.0)  # float64 gradients, a few seconds
 print(outcome)
 
 # %%
 check("05.6", my_prediction, outcome=outcome)
 
 # %% [markdown] tags=["solution_only"]
-# *Reading the run.* Seed 0 learns the relay within 600 steps and lands on its prediction.
-# The sceptic's sweep of "C19 window depth" (chapter 5) shows how much rests on the seed:
-# other seeds of the same setting can stay at chance, so one seed's "reproduced" is not the
-# claim's verdict.
+# *Reading the run.* A bias of +1 is enough to keep the LSTM's far/near ratio above the
+# threshold: the contrast C16 draws depends on the initialisation, which is why the chapter
+# states its verdict "at torch's default initialisation".

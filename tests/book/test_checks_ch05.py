@@ -169,11 +169,11 @@ def test_check_prints_and_records(capsys):
 # --- 05.6 -------------------------------------------------------------------------------------
 
 
-def depth_outcome(verdict, setting="window ±16, 2 layers, 600 steps", accuracy="1.00"):
+def bias_outcome(verdict, bias="+1", lstm="7.8e-20"):
     from book.sceptic import Outcome
 
-    numbers = {"setting": setting, "predicted": "1.00", "accuracy": accuracy}
-    return Outcome(verdict, numbers | {"1 layer (blind)": "0.50"})
+    numbers = {"forget-gate bias": bias, "LSTM far/near": lstm, "RNN far/near": "7.9e-69"}
+    return Outcome(verdict, numbers)
 
 
 def predict_then_run(prediction, outcome):
@@ -182,18 +182,26 @@ def predict_then_run(prediction, outcome):
 
 
 def test_predict_then_run_passes_the_right_prediction():
-    predict_then_run("reproduced", depth_outcome("reproduced"))
-    predict_then_run("partly", depth_outcome("partly", accuracy="0.52"))
+    predict_then_run("partly", bias_outcome("partly"))
+    predict_then_run("reproduced", bias_outcome("reproduced", lstm="1e-25"))
 
 
 def test_predict_then_run_explains_a_miss():
-    with pytest.raises(CheckFailed, match="you predicted 'partly'.*learn to pass the topic on"):
-        predict_then_run("partly", depth_outcome("reproduced"))
-    with pytest.raises(CheckFailed, match="necessary, not sufficient"):
-        predict_then_run("reproduced", depth_outcome("partly", accuracy="0.52"))
+    with pytest.raises(CheckFailed, match="you predicted 'reproduced'.*half open"):
+        predict_then_run("reproduced", bias_outcome("partly"))
+    with pytest.raises(CheckFailed, match="did not open the gate enough"):
+        predict_then_run("partly", bias_outcome("reproduced", lstm="1e-25"))
 
 
 def test_predict_then_run_rejects_the_unchanged_baseline():
-    baseline = depth_outcome("partly", setting="window ±12, 3 layers, 200 steps")
-    with pytest.raises(CheckFailed, match="not 'window ±16, 2 layers, 600 steps'"):
-        predict_then_run("partly", baseline)
+    baseline = bias_outcome("reproduced", bias="torch default", lstm="2.5e-44")
+    with pytest.raises(CheckFailed, match="not '\\+1'"):
+        predict_then_run("reproduced", baseline)
+
+
+def test_the_real_run_with_bias_plus_one_gives_partly():
+    from book.claims.ch05 import c16_sweep_run
+
+    outcome = c16_sweep_run(seeds=[0], forget_bias=1.0)
+    assert outcome.numbers["forget-gate bias"] == "+1"
+    predict_then_run("partly", outcome)

@@ -207,6 +207,18 @@ def _referenced(obj: object) -> list[object]:
     return found
 
 
+def _runtime_state(module_name: str, name: str) -> bool:
+    """Whether ``name`` is state a module rebinds as it runs (``global name`` in one of its
+    functions, such as a thread pool's key), not a constant: its value depends on what ran
+    before in the process, so it must not enter a fingerprint."""
+    module = sys.modules.get(module_name)
+    try:
+        source = inspect.getsource(module) if module is not None else ""
+    except (OSError, TypeError):
+        return False
+    return re.search(rf"^\s*global\s+[\w\s,]*\b{re.escape(name)}\b", source, re.M) is not None
+
+
 def source_fingerprint(run: Callable) -> tuple[str, list[str]]:
     """The sha256 of the source of ``run`` and of everything in ``book``/``attention`` it uses,
     transitively, with the names covered.
@@ -215,7 +227,9 @@ def source_fingerprint(run: Callable) -> tuple[str, list[str]]:
     loads, and every attribute it reads of a module of the book; a function or class defined in
     ``book`` or ``attention`` contributes its source (a class, its whole body, and what its
     methods use), a module-level constant (a threshold) its ``repr``. An edit of any of them
-    changes the fingerprint; an edit elsewhere in the same module does not.
+    changes the fingerprint; an edit elsewhere in the same module does not. A module global
+    that the module rebinds at run time (``global _POOL_KEY``) is state, not a constant, and is
+    left out, so that the fingerprint does not depend on what ran before in the process.
     """
     seen: dict[str, str] = {}
     todo: list[object] = [run]
@@ -230,8 +244,10 @@ def source_fingerprint(run: Callable) -> tuple[str, list[str]]:
         for name, value in _referenced(obj):
             if isinstance(value, (types.FunctionType, type)) and _ours(value):
                 todo.append(value)
-            elif isinstance(value, (bool, int, float, str, tuple, frozenset)) and not hasattr(
-                builtins, name
+            elif (
+                isinstance(value, (bool, int, float, str, tuple, frozenset))
+                and not hasattr(builtins, name)
+                and not _runtime_state(obj.__module__, name)
             ):
                 module = obj.__module__
                 seen.setdefault(f"{module}.{name}", f"{name} = {value!r}")

@@ -89,9 +89,12 @@ TOY = """
 from book.sceptic import Outcome, Perturbation, Sweep
 
 THRESHOLD = 1.5
+_CALLS = None  # state the module rebinds as it runs, not a constant
 
 
 def double(x):
+    global _CALLS
+    _CALLS = (_CALLS or (0,))[0] + 1, "calls"
     return 2 * x
 
 
@@ -164,6 +167,19 @@ def test_a_missing_sweep_fails_until_it_is_run(toy):
     assert record["perturbations"][0]["numbers"]["value"] == 0
     assert record["torch"] and len(record["source_sha256"]) == 64
     assert "toy_sceptic_experiment.double" in record["sources"]
+
+
+def test_state_a_run_leaves_behind_does_not_change_the_fingerprint(toy):
+    """``_CALLS`` (rebound with ``global``) is None before the run and a tuple after it; the
+    fingerprint is the same, while an edit of the constant THRESHOLD changes it."""
+    run = toy.declared()["C99"][1].run
+    before, names = source_fingerprint(run)
+    run(x=1)
+    assert source_fingerprint(run) == (before, names)
+    assert not any(name.endswith("._CALLS") for name in names)
+    assert "toy_sceptic_experiment.THRESHOLD" in names
+    toy.edit("THRESHOLD = 1.5", "THRESHOLD = 2.5")
+    assert source_fingerprint(toy.declared()["C99"][1].run)[0] != before
 
 
 def test_editing_the_experiments_source_makes_the_stored_sweep_stale(toy):

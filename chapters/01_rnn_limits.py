@@ -14,16 +14,15 @@
 # %% [markdown]
 # # Chapter 1 — Why attention: the limits of RNNs
 #
-# Before Transformers, the standard way to read a sequence was a recurrent network: read one
-# token, update a fixed-size memory, repeat. This chapter takes that design apart and
-# measures what it costs. We follow one question through the whole chapter — *can a model
-# use a token it saw 500 steps ago?* — and answer it four ways: by measuring how large a
-# gradient is after travelling back 500 steps, by counting the steps that must run one after
-# another, by training models of several sizes on a task whose answer sits at the start of a
-# 500-token sequence, and by counting how many operations lie between two tokens. Each time
-# we put one attention layer next to the recurrent networks. We end with the two kinds of
-# attention the rest of the book uses (self-attention and encoder–decoder attention) and a
-# tiny example of what "meaning from context" looks like.
+# Before Transformers, a sequence was read by a recurrent network: read one token, update a
+# fixed-size memory, repeat. This chapter measures what that design costs, following one
+# question — *can a model use a token it saw 500 steps ago?* — four ways: how large a
+# gradient is after travelling back 500 steps, how many steps must run one after another,
+# whether models of several sizes learn a task whose answer sits at the start of a 500-token
+# sequence, and how many operations lie between two tokens. Each time one attention layer
+# stands beside the recurrent networks. We end with the two kinds of attention the book uses
+# (self-attention and encoder–decoder attention) and a tiny example of "meaning from
+# context".
 
 # %% [markdown]
 # **Learning goals.** After this chapter you can
@@ -33,8 +32,8 @@
 # - explain, with a product of Jacobians, why a gradient shrinks geometrically with distance
 #   in a recurrent network, and what the LSTM's forget gate does about it;
 # - measure a model's sensitivity to an input as a function of distance, and the number of
-#   operations on the path between two tokens;
-# - judge from experiments you ran how well an LSTM and an attention model use information
+#   operations between two tokens;
+# - judge from your own experiments how well an LSTM and an attention model use information
 #   500 tokens back, and how much a bigger LSTM helps;
 # - tell self-attention from encoder–decoder (cross) attention by where the queries, keys
 #   and values come from.
@@ -99,9 +98,9 @@ torch.set_num_threads(1)
 #
 # Everything the network knows about tokens $0 \dots t$ has to fit into $h_t$, and the only
 # road from token $0$ to position $t$ runs through $h_1, h_2, \dots, h_{t-1}$: $t$ updates,
-# each applying the same weights and squashing non-linearity. The second formula above is
-# the plain ("Elman") RNN. Written as code it is a loop over time — five lines, which we check
-# against PyTorch's `nn.RNN` before trusting them.
+# each applying the same weights and squashing non-linearity. The second formula is the
+# plain ("Elman") RNN; as code it is a five-line loop over time, checked against PyTorch's
+# `nn.RNN`.
 
 
 # %%
@@ -132,13 +131,11 @@ assert torch.allclose(mine, torch_rnn(x_small)[0], atol=1e-6)
 # $$c_t = f_t \odot c_{t-1} + i_t \odot g_t, \qquad h_t = o_t \odot \tanh(c_t),$$
 #
 # where the forget gate $f_t$, input gate $i_t$ and output gate $o_t$ are sigmoids in
-# $(0, 1)$ and $g_t$ is a tanh candidate. The gates make the memory *selective*, but the
-# shape of the computation is unchanged: a loop in which each step needs the previous step's
-# $(h, c)$. `nn.LSTM` hides this loop inside one fused call; `unrolled_lstm` writes it out
-# with `nn.LSTMCell` (one step of the gates), and the two agree. (Cells that start with
-# `#| export`, like this one, are copied by `make export` into the module `book.pages.ch01`,
-# from which the chapter's claims module and tests import them: this page is their one
-# definition.)
+# $(0, 1)$ and $g_t$ is a tanh candidate. The gates make the memory *selective*, but each
+# step still needs the previous step's $(h, c)$. `nn.LSTM` hides this loop in one fused
+# call; `unrolled_lstm` writes it out with `nn.LSTMCell`, and the two agree. (Cells starting
+# with `#| export` are the one definition of code that `book.pages.ch01` exports to the
+# claims and tests.)
 
 # %%
 #| export
@@ -200,24 +197,22 @@ with torch.no_grad():  # give both the same weights
 assert torch.allclose(unrolled_lstm(cell, x_small), fused(x_small)[0], atol=1e-6)
 
 # %% [markdown]
-# The diagram below is the whole chapter in one picture. On the left, the recurrent chain:
-# token $x_0$ reaches the read-out only through every state after it, and each state has to
-# wait for the one before. On the right, one self-attention layer: every output is computed
-# from every token at once, so $x_0$ is one step from the read-out, whatever the length.
-# The sections below measure both halves of the picture.
+# The diagram is the chapter in one picture. Left, the recurrent chain: $x_0$ reaches the
+# read-out only through every later state, and each state waits for the one before. Right,
+# one self-attention layer: every output is computed from every token at once, so $x_0$ is
+# one step from the read-out, whatever the length.
 
 # %%
 fig = rnn_chain_vs_attention()
 
 # %% [markdown]
-# **The running example.** Throughout the chapter, sequences are 500 tokens long and the
-# model reads out at the *last* position. The task of section 1.4 — the class of a sequence
-# is written in its first five tokens, followed by 495 tokens of noise — makes the question
-# concrete: the information the model needs is as far from the read-out as it can be. Here
-# is the task's generator: ids 0–3 are the four "signal" tokens (one per class), the other
-# 16 ids are distractors, and the signal's copies go to distinct positions drawn from a window
-# (`signal_positions`, half-open; negative values count from the end, so section 1.4's control
-# can put the signal next to the read-out instead).
+# **The running example.** Sequences are 500 tokens long and the model reads out at the
+# *last* position. In section 1.4's task the class is written in the first five tokens,
+# followed by 495 tokens of noise: the information needed is as far from the read-out as it
+# can be. In the generator, ids 0–3 are the four "signal" tokens (one per class), the other
+# 16 ids are distractors, and the signal's copies go to distinct positions drawn from a
+# half-open window (`signal_positions`; negative values count from the end, so section 1.4's
+# control can put the signal next to the read-out).
 
 
 # %%
@@ -297,27 +292,25 @@ print("last 12 tokens: ", example_tokens[0, -12:].tolist())
 #
 # For the plain RNN each factor is $\operatorname{diag}(1 - h^2)\,W_{hh}$. If these factors
 # shrink vectors by about $r < 1$, the product over $d = t - j$ steps shrinks by $r^d$:
-# **exponentially in the distance**. ($r > 1$ gives the mirror problem, exploding gradients.)
-# This same quantity is what training uses: the gradient that tells the model how to use
-# token $j$ for a decision at $t$ passes through exactly this product. In the LSTM the direct
-# path along the cell contributes $\partial c_t / \partial c_{t-1} = \operatorname{diag}(f_t)$,
-# so a forget gate held near 1 keeps that product near 1 — the "eases" part of the claim.
+# **exponentially in the distance** ($r > 1$ gives the mirror problem, exploding gradients).
+# Training uses exactly this product: it carries the gradient that tells the model how to
+# use token $j$ for a decision at $t$. In the LSTM the direct path along the cell
+# contributes $\partial c_t / \partial c_{t-1} = \operatorname{diag}(f_t)$, so a forget gate
+# held near 1 keeps that product near 1 — the "eases" part of the claim.
 #
 # **Experiment.** For random inputs $x$ of length 500 we compute
-# $\lVert \partial y_{499} / \partial x_j \rVert$ (the Frobenius norm of that Jacobian block)
-# for every position $j$, with the package's `gradient_vs_distance`, for five freshly
-# initialised models of width 32: a plain RNN, a GRU, an LSTM, an LSTM whose forget-gate bias
-# is raised by 3 (so $f_t \approx \sigma(3) \approx 0.95$: the gate starts out mostly open,
-# an exaggerated version of the +1 that Jozefowicz et al., 2015, recommend), and one
-# multi-head self-attention layer. We work in float64: the numbers get small enough to
-# underflow float32. Each norm is estimated from 8 random probes (Hutchinson's estimator),
-# good to within some tens of percent at each position: invisible on a scale spanning more than a
-# hundred orders of magnitude, and the summaries below average over many positions.
+# $\lVert \partial y_{499} / \partial x_j \rVert$ (the Frobenius norm of that Jacobian
+# block) for every position $j$, with `gradient_vs_distance`, for five freshly initialised
+# models of width 32: a plain RNN, a GRU, an LSTM, an LSTM whose forget-gate bias is raised
+# by 3 ($f_t \approx \sigma(3) \approx 0.95$: an exaggerated version of the +1 that
+# Jozefowicz et al., 2015, recommend), and one multi-head self-attention layer. We work in
+# float64, since the numbers underflow float32. Each norm is estimated from 8 random probes
+# (Hutchinson's estimator): good to some tens of percent, invisible on a scale spanning more
+# than a hundred orders of magnitude.
 
 # %% [markdown]
-# The four recurrent models are built in one function, because section 1.2's sceptic re-runs
-# them on other seeds and with another forget-gate bias: each draws its weights from torch's
-# global generator, in this order, so that a seed fixes all four.
+# The four recurrent models are built in one function that draws their weights from torch's
+# global generator in a fixed order, so one seed fixes all four.
 
 
 # %%
@@ -388,8 +381,7 @@ fig.tight_layout()
 # %% [markdown]
 # Straight lines on a log scale are exponentials. Two numbers summarise each curve: the
 # per-step factor $r$, fitted over distances 1–60 (before the RNN's curve reaches float64's
-# floor), and the ratio between the gradient far away (the last 100 distances, 400–499) and
-# close by (1–10).
+# floor), and the ratio of the gradient far away (distances 400–499) to close by (1–10).
 
 
 # %%
@@ -439,15 +431,14 @@ record_claim(
 )
 
 # %% [markdown]
-# A sceptic would ask whether this picture depends on the choices made here. The seed is
-# one; the gate's opening is another: the +3 is ours, section 1.4 uses +5 as its remedy, and
-# an RNN whose recurrent weights start as the identity (Le, Jaitly and Hinton's IRNN, 2015)
-# is the other well-known way to start a network with a long memory. And the distance is the
-# claim's own knob. So the same measurement and the same verdict function were re-run on two
-# other seeds, with the forget-gate bias raised by 5 (on two seeds), with an IRNN in the
-# open gate's place, and on shorter sequences (`python -m book.sceptic --chapter 01 --claim
-# C1`; since the claim is an exponential decay, over a shorter distance the thresholds, in
-# orders of magnitude, shrink in proportion). The IRNN is the one model not built above:
+# A sceptic would ask whether this depends on our choices: the seed; the gate's opening (the
+# +3 is ours, section 1.4's remedy is +5, and an RNN whose recurrent weights start as the
+# identity, Le, Jaitly and Hinton's IRNN, 2015, is the other well-known way to start with a
+# long memory); and the distance, the claim's own knob. So the same measurement and verdict
+# were re-run on two other seeds, with the forget-gate bias raised by 5 (on two seeds), with
+# an IRNN, and on shorter sequences, with the thresholds (in orders of magnitude) shrunk in
+# proportion (`python -m book.sceptic --chapter 01 --claim C1`). The IRNN is the one model
+# not built above:
 
 
 # %%
@@ -465,65 +456,58 @@ def identity_rnn(width: int) -> nn.RNN:
 
 
 # %% [markdown]
-# The sweep's runner, `c1_summary` in `book.claims.ch01`, builds these models on each seed
-# and feeds the numbers to the verdict function used above. The cell prints the stored
-# results: for each setting, the far/near ratio and the per-step factor of the plain RNN,
-# GRU, LSTM, the eased model and attention.
+# The sweep's runner is `c1_summary` in `book.claims.ch01`. For each setting the stored
+# results give the far/near ratio and the per-step factor of the plain RNN, GRU, LSTM, the
+# eased model and attention.
 
 # %% tags=["nbval-check-output"]
 print(sweep_summary("C1"))
 
 # %% [markdown]
 # **Verdict: reproduced, for the default initialisations and an LSTM whose forget gate is
-# opened by +3; "does not cure" fails for the stronger remedies.** Every recurrent model's
-# sensitivity at torch's initialisation falls exponentially with distance — the plain RNN's
+# opened by +3; "does not cure" fails for the stronger remedies.** At torch's initialisation
+# every recurrent model's sensitivity falls exponentially with distance — the plain RNN's
 # fastest, until its squared gradient underflows even float64 — on every seed and at both
-# lengths. The default LSTM and GRU decay more slowly, and an LSTM whose forget gate is held
-# open by +3 much more slowly still, yet still loses orders of magnitude over 500 steps:
-# there gating *eases* the problem without removing it. But open the gate further, by +5, and
-# at initialisation the far gradient is no longer orders of magnitude below the near one: on
-# one seed it is about half of it, on another it grows with distance. The IRNN, which has no
-# gate at all, is just as flat. So "does not cure" is a statement about how a network
-# starts, not about recurrence itself: a recurrent network *can* start out passing a
-# distant token's gradient undiminished, if it is initialised to. Whether training then uses
-# that memory within a budget is section 1.4's question.
+# lengths. The default LSTM and GRU decay more slowly, and the LSTM opened by +3 much more
+# slowly, yet it still loses orders of magnitude over 500 steps: gating *eases* the problem
+# without removing it. Open the gate by +5, though, and the far gradient is no longer orders
+# of magnitude below the near one: on one seed it is about half of it, on another it grows
+# with distance. The gateless IRNN is just as flat. So "does not cure" describes how a
+# network starts, not recurrence itself; whether training then uses that memory is section
+# 1.4's question.
 #
 # The attention layer's curve is flat: its output depends on a token 499 positions back as
-# much as on its neighbour (only its own token, at distance 0, stands out). The zoom shows
-# that the flat level is low — an untrained layer spreads its weight evenly over 500 tokens,
-# so each gets about 1/500 — but low is not vanishing: it is the same at every distance, and
-# training can raise it for the tokens that matter (section 1.4 shows by how much). Two
-# caveats keep us honest. These are untrained networks — training can learn to hold gates
-# open, which is exactly what LSTMs were designed for. And a flat gradient only says that
-# attention *can* use a distant token; whether it *does* is up to the weights it learns.
+# much as on its neighbour (only its own token, at distance 0, stands out). The flat level
+# is low — an untrained layer gives each of 500 tokens about 1/500 of its weight — but it is
+# the same at every distance, and training can raise it for the tokens that matter (section
+# 1.4). Two caveats: these are untrained networks, and training can learn to hold gates
+# open, which is what LSTMs were designed for; and a flat gradient says attention *can* use
+# a distant token, not that it *does*.
 
 # %% [markdown]
 # ## 1.3 One step at a time: no parallelism over time (C2)
 #
 # **Claim C2.** *An RNN cannot be parallelised over time: step $t$ waits for step $t-1$.*
 #
-# This is a statement about dependencies, and dependencies can be measured — on values, not on
-# how the code happens to be written (the fused `nn.LSTM` is one autograd node of depth 5 at
-# every length, though it runs the same loop as the Python version). We measure depth in
-# **rounds**. A round
-# applies the model's mixing step once, at every position in parallel: for an attention
-# model, one layer; for a recurrent network, one application of its own cell to every
-# position, fed with the state that position $t-1$ had after the previous round
-# (`recurrence_rounds`; it calls the module itself on one time step, so it works for a fused
-# `nn.LSTM` as for a Python loop). After round $k$ the first $k$ positions are exact, and
-# after $n$ rounds the whole output equals the network's own. `sequential_depth` measures
-# how many rounds pass before the last output has felt every input, from per-token Jacobians
-# ($\partial y_{n-1} / \partial x_j \neq 0$ first after how many rounds?): the number of
-# steps that must run one after another, however many processors there are.
+# This is a statement about dependencies, so we measure them on values, not on how the code
+# is written (the fused `nn.LSTM` is one autograd node of depth 5 at every length, though it
+# runs the same loop as the Python version). We measure depth in **rounds**. A round applies
+# the model's mixing step once at every position in parallel: for attention, one layer; for
+# a recurrent network, one application of its own cell to every position, fed with the state
+# position $t-1$ had after the previous round (`recurrence_rounds`, which works for a fused
+# `nn.LSTM` as for a Python loop). After round $k$ the first $k$ positions are exact; after
+# $n$ rounds the output equals the network's own. `sequential_depth` counts the rounds
+# before the last output has felt every input ($\partial y_{n-1} / \partial x_j \neq 0$,
+# from per-token Jacobians): the steps that must run one after another, however many
+# processors there are.
 #
-# The claim needs one qualification before we test it. The networks of this chapter are
-# *non-linear* recurrences: each step squashes the previous state through a tanh or a gate.
-# A *linear* recurrence, $h_t = a \odot h_{t-1} + x_t$, is different: two of its steps compose
-# into one step of the same form ($h_t = a^2 \odot h_{t-2} + a \odot x_{t-1} + x_t$), so a
-# parallel scan (Blelloch, 1990) computes all $n$ states in $\lceil \log_2 n \rceil$ rounds,
-# each round combining every partial sum with the one $2^k$ positions back. Linear RNNs and
-# state-space models (S4, Mamba) are built on that trick so that they train in parallel. So
-# we test the claim for non-linear RNNs, and show the scan as its boundary:
+# One qualification first. This chapter's networks are *non-linear* recurrences. A *linear*
+# recurrence, $h_t = a \odot h_{t-1} + x_t$, is different: two of its steps compose into one
+# of the same form ($h_t = a^2 \odot h_{t-2} + a \odot x_{t-1} + x_t$), so a parallel scan
+# (Blelloch, 1990) computes all $n$ states in $\lceil \log_2 n \rceil$ rounds, each
+# combining every partial sum with the one $2^k$ positions back. Linear RNNs and state-space
+# models (S4, Mamba) use that trick to train in parallel. So we test the claim for
+# non-linear RNNs, with the scan as its boundary:
 
 
 # %%
@@ -599,15 +583,13 @@ attention_depth = {"self-attention, 1 layer": depth["self-attention, 1 layer"]}
 assert_c2_depth_grows_with_n(depth_lengths, recurrent_depth, attention_depth)
 
 # %% [markdown]
-# Every non-linear recurrent network needs exactly $n$ rounds — the Python loop, the fused
-# `nn.LSTM` and the fused `nn.GRU` alike: the fused kernel is faster per step, but it cannot
-# skip the steps. The linear recurrence, computed by the scan, needs $\log_2 n$; attention
-# one round at every length. Dependencies are
-# what parallel hardware cannot remove, but wall-clock time also depends on the *amount* of
-# work, and attention does $O(n^2)$ work against the LSTM's $O(n)$. The next cell times one
-# forward pass (batch 8, width 64) of the LSTM written as a Python loop, PyTorch's fused
-# `nn.LSTM` (the same loop in C++), and one attention layer using PyTorch's fused attention
-# kernel. These timings depend on the machine and are shown, never asserted.
+# Every non-linear recurrent network needs exactly $n$ rounds — the Python loop and the
+# fused `nn.LSTM` and `nn.GRU` alike: a fused kernel is faster per step but cannot skip
+# steps. The scan needs $\log_2 n$; attention one round at every length. Wall-clock time,
+# though, also depends on the *amount* of work, and attention does $O(n^2)$ against the
+# LSTM's $O(n)$. The next cell times one forward pass (batch 8, width 64) of the LSTM as a
+# Python loop, PyTorch's fused `nn.LSTM`, and one attention layer using PyTorch's fused
+# attention kernel. The timings depend on the machine and are shown, never asserted.
 
 # %%
 torch.manual_seed(0)
@@ -681,59 +663,52 @@ print(sweep_summary("C2"))
 # **Verdict: reproduced for non-linear RNNs**, as a statement about dependencies: every tanh
 # or gated recurrent network, fused or not, needs $n$ rounds one after another; attention
 # needs one, at every length. "Any RNN" would be too strong: a linear recurrence needs only
-# $\log_2 n$ rounds, by a scan (had we counted it with the others, the verdict function would
-# have said "partly", and in the sweep it does). The timings add an honest footnote. They were
-# taken on one CPU thread,
-# where there is no parallel hardware to exploit at all, so attention's $O(n^2)$ work shows:
-# compare the slope of its curve with the LSTMs' in the right panel (a slope of 2 on log–log
-# axes is quadratic, 1 is linear), and see which line is lowest at $n = 1024$ on your machine.
-# The Python loop pays interpreter overhead at every one of its $n$ steps: the sequential
-# bottleneck made visible. On a GPU, with thousands of arithmetic units, a fixed number of
-# large matrix products is cheap while $n$ small dependent steps leave most of the chip idle —
-# the situation that made Transformers fast to *train*. (Generating text is another matter: a
-# decoder still produces its output one token at a time, attention or not.)
+# $\log_2 n$, by a scan (counted with the others, it makes the verdict "partly", as in the
+# sweep). The timings, taken on one CPU thread, show attention's $O(n^2)$ work: compare its
+# slope with the LSTMs' in the right panel (2 on log–log axes is quadratic, 1 linear), and
+# see which line is lowest at $n = 1024$ on your machine. The Python loop pays interpreter
+# overhead at each of its $n$ steps: the sequential bottleneck made visible. On a GPU a
+# fixed number of large matrix products is cheap while $n$ small dependent steps leave the
+# chip idle — which made Transformers fast to *train* (a decoder still generates one token
+# at a time).
 
 # %% [markdown]
 # ## 1.4 A task 500 tokens long (C3)
 #
-# **Claim C3.** *An LSTM trained on length-500 sequences fails to use features near the start
-# of the sequence; a bigger hidden size or more layers helps only marginally — a limit of the
-# architecture, not of tuning.*
+# **Claim C3.** *An LSTM trained on length-500 sequences fails to use features near the
+# start of the sequence; a bigger hidden size or more layers helps only marginally — a limit
+# of the architecture, not of tuning.*
 #
-# **Experiment.** The running example's task: the class (one of 4) is written as a signal
-# token repeated in positions 0–4, and positions 5–499 are random distractors. Each model reads the
-# sequence and predicts from its *last* position, as an RNN classifier does: for the LSTM,
-# everything about the signal must survive 495 state updates. We train, on exactly the same
-# batches (batch 16, Adam, learning rate 5e-3, gradients clipped at norm 1, 120 steps):
+# **Experiment.** The running example's task: the class (one of 4) is a signal token
+# repeated in positions 0–4; positions 5–499 are random distractors. Each model predicts
+# from its *last* position, so for the LSTM the signal must survive 495 state updates. We
+# train, on the same batches (batch 16, Adam, learning rate 5e-3, gradients clipped at norm
+# 1, 120 steps):
 #
-# - a small **attention classifier** (the package's `SequenceClassifier`: one pre-LN encoder
-#   layer, one head, width 32, sinusoidal positions, read-out at the last position);
+# - a small **attention classifier** (`SequenceClassifier`: one pre-LN encoder layer, one
+#   head, width 32, sinusoidal positions, read-out at the last position);
 # - LSTM classifiers with hidden size 32 (one layer), 128 (one layer) and 32 (two layers);
-# - the 32-unit LSTM with its **forget-gate bias raised** by 3 and by 5 at initialisation:
-#   the first thing an expert tries on a long-lag task (Gers et al., 2000; Jozefowicz et al.,
-#   2015). With $f \approx \sigma(5)$, nearly 1, the cell forgets slowly from the first
-#   step, so the gradient from the read-out can reach the signal (section 1.2 measured how
-#   much an open gate slows the decay);
-# - a **control**: the 32-unit LSTM on the same task with the signal in the *last* five
-#   positions. If it fails too, the task or the training budget is the problem, not the
-#   distance.
+# - the 32-unit LSTM with its **forget-gate bias raised** by 3 and by 5 at initialisation,
+#   the first thing an expert tries on a long-lag task (Gers et al., 2000; Jozefowicz et
+#   al., 2015): with $f \approx \sigma(5)$ the cell forgets slowly from the first step, so
+#   the gradient from the read-out can reach the signal;
+# - a **control**: the 32-unit LSTM with the signal in the *last* five positions. If it
+#   fails too, the task or the budget is the problem, not the distance.
 #
 # The attention model, the default 32-unit LSTM and both forget-bias LSTMs are trained with
-# seeds 0, 1 and 2 (different initial weights and batches); the wider, the deeper and the
-# control LSTM with seed 0 only — the budget is small because this book runs on two CPU cores
-# (section 1.3 explains why the LSTMs are the slow part). Chance accuracy is one in four.
+# seeds 0, 1 and 2; the wider, deeper and control LSTMs with seed 0 only — the budget is
+# small because this book runs on two CPU cores. Chance accuracy is one in four.
 #
 # **Thresholds, fixed before the run** (`C3_USES_SIGNAL`, `C3_SOLVED` in
-# `book.claims.ch01`): a model *uses the signal* when its held-out accuracy reaches
-# twice chance, and *solves* the task at 0.9. The claim is reproduced if no LSTM run uses the
+# `book.claims.ch01`): a model *uses the signal* when its held-out accuracy reaches twice
+# chance, and *solves* the task at 0.9. The claim is reproduced if no LSTM run uses the
 # signal; partly, if the default LSTMs fail on every seed but a tuned one uses it on some
 # seeds; not reproduced, if a default LSTM uses it, or a remedy does on every seed.
 
 # %% [markdown]
-# **The LSTM classifier** embeds the tokens, runs `nn.LSTM` over them and reads the class
-# off the top layer's state after the last token: everything it knows about token 0 must
-# survive 499 state updates. Its `forget_bias` is the remedy above, added to the forget
-# gate's bias in every layer.
+# **The LSTM classifier** embeds the tokens, runs `nn.LSTM` and reads the class off the top
+# layer's state after the last token. Its `forget_bias` is added to the forget gate's bias
+# in every layer.
 
 
 # %%
@@ -787,9 +762,9 @@ class LSTMClassifier(nn.Module):
 
 
 # %% [markdown]
-# The attention classifier is the package's `SequenceClassifier`, which chapter 2 on builds
-# piece by piece: embedding plus sinusoidal positions, one pre-LN encoder layer, and a
-# linear read-out at the last position, like the LSTM's.
+# The attention classifier is `SequenceClassifier`, which chapter 2 on builds piece by
+# piece: embedding plus sinusoidal positions, one pre-LN encoder layer, and a linear
+# read-out at the last position.
 
 # %%
 STEPS, BATCH, LR = 120, 16, 5e-3
@@ -829,12 +804,11 @@ def lstm(hidden, num_layers=1, forget_bias=0.0):
 print(f"uses the signal: accuracy >= {C3_USES_SIGNAL}; solves: >= {C3_SOLVED}")
 
 # %% [markdown]
-# **The training step.** Every model in this book is trained by one loop. This is its first
-# use, so here it is in full: Adam on a fresh batch at every step, the cross-entropy of the
-# logits against the labels, gradients clipped at norm 1 (standard for LSTMs, so that a rare
-# exploding step cannot wreck a run, and applied to every model alike). The batches come
-# from one generator seeded with `data_seed`: two models trained with the same seed see
-# exactly the same examples in the same order.
+# **The training step.** Every model in this book is trained by one loop, shown here in
+# full: Adam on a fresh batch at every step, cross-entropy of the logits against the labels,
+# gradients clipped at norm 1 (standard for LSTMs, applied to every model alike). The
+# batches come from one generator seeded with `data_seed`, so two models trained with the
+# same seed see the same examples in the same order.
 
 
 # %%
@@ -862,12 +836,11 @@ def train_loop(model, make_batch, *, steps, lr, data_seed, clip=1.0):
 
 
 # %% [markdown]
-# The book's `fit` (`book.experiments.training`) is this loop with a progress bar, optional
-# thread and learning-rate settings, and the flushing of denormal floats (which makes the
-# LSTMs' vanishing gradients fast to compute, not different); on three steps the two give the
-# same losses. `train_classifier` calls `fit` with the loss above after seeding the weights
-# with `seed`, draws the training batches from `seed + 1` and a held-out batch of 512 from
-# `seed + 2`, and reports the accuracy on it. All the runs below go through it.
+# The book's `fit` (`book.experiments.training`) is this loop plus a progress bar, thread
+# and learning-rate settings, and flushing of denormal floats (faster, not different); on
+# three steps the two give the same losses. `train_classifier` seeds the weights with
+# `seed`, draws training batches from `seed + 1` and a held-out batch of 512 from
+# `seed + 2`, and reports the accuracy on it.
 
 
 # %%
@@ -970,10 +943,10 @@ for name, accs in acc_c3.items():
           f"{r.seconds:5.1f} s (seed 0)")  # fmt: skip
 
 # %% [markdown]
-# The dashed line is $\ln 4$, the loss of a uniform guess. Before the verdict, one more look
-# inside the attention model: where does its last position look? We recompute its attention
-# weights on held-out sequences (switching the layer back to the package's reference
-# attention, which can return weights) and average them over the examples.
+# The dashed line is $\ln 4$, the loss of a uniform guess. Where does the attention model's
+# last position look? We recompute its attention weights on held-out sequences (with the
+# package's reference attention, which can return weights) and average them over the
+# examples.
 
 # %%
 trained = results_c3["attention, signal at start", 0].model
@@ -1042,43 +1015,38 @@ record_claim(
 )
 
 # %% [markdown]
-# A sceptic would retrain the LSTMs before believing either half: on other seeds, for longer
-# (120 steps is a small budget), and wider and deeper on three seeds rather than one. The
-# sweep (`python -m book.sceptic --claim C3`) trains the default LSTM and both forget-bias
-# remedies at each setting and applies the same verdict function; the cell prints the stored
-# results (the accuracy of each seed, default LSTM first).
+# A sceptic would retrain the LSTMs: on other seeds, for longer (120 steps is a small
+# budget), and wider and deeper on three seeds rather than one. The sweep
+# (`python -m book.sceptic --claim C3`) trains the default LSTM and both forget-bias
+# remedies at each setting with the same verdict function; the cell prints the stored
+# accuracies (default LSTM first).
 
 # %% tags=["nbval-check-output"]
 print(sweep_summary("C3"))
 
 # %% [markdown]
 # **Verdict: partly reproduced — and seed-dependent, at every setting the sweep tried.** On
-# three other seeds, with three times the steps, and with the wider and the deeper LSTM on
-# three seeds each, every default LSTM stays at chance, and a raised forget-gate bias lifts
-# some seeds above the threshold but never all of them — not even with the longer budget.
-# So both halves below survive the sweep. At torch's default initialisation the claim holds:
-# within the same budget, the attention model and the control LSTM solve their
-# tasks on every seed they ran, while every default LSTM that must carry the signal across
-# ~495 steps stays at chance — the wider one (about eleven times the parameters) and the
-# deeper one included. The attention map shows how the attention model succeeds: its last
-# position looks straight at the first five tokens, one step away (the zoom).
+# three other seeds, with three times the steps, and with the wider and deeper LSTM on three
+# seeds each, every default LSTM stays at chance, and a raised forget-gate bias lifts some
+# seeds above the threshold but never all. At torch's default initialisation the claim
+# holds: within the same budget the attention model and the control LSTM solve their tasks
+# on every seed, while every default LSTM that must carry the signal across ~495 steps stays
+# at chance — the wider one (about eleven times the parameters) and the deeper one included.
+# The attention map shows how: the last position looks straight at the first five tokens,
+# one step away (the zoom).
 #
-# The forget-gate bias is where "not a tuning problem" breaks. A bias of +3 did not help on
-# any seed here (in the sweep it did on one seed of the wider LSTM), but +5 — a gate that starts
-# out almost fully open — lifted the LSTM above
-# the threshold fixed before the run on some seeds while others stayed at chance: see the
-# dots in the accuracy panel and the per-seed line above. *Which* seeds it rescues is itself
-# fragile: with another CPU's vector instructions (AVX2 instead of AVX-512, as `make test`
-# runs it) one rounding difference early in training sends a run down another path and the
-# per-seed accuracies change; the verdict (some seeds rescued, not all) holds on both. So the
-# failure is real at default settings, but it is not a ceiling of the architecture: one line
-# of initialisation moves it, unreliably, within 120 steps — as section 1.2 predicted, since
-# the gate sets how fast the gradient from the read-out decays on its way back to the signal.
-# LSTMs were invented to bridge long gaps (Hochreiter & Schmidhuber, 1997), and with such
-# initialisations and much more training they do; three times our budget was not yet enough
-# to make the rescue reliable. What the evidence supports is "hard to train from
-# this far away, and fragile across seeds", not "impossible"; attention, one step away, needs
-# no such care.
+# The forget-gate bias is where "not a tuning problem" breaks. +3 helped on no seed here (in
+# the sweep, on one seed of the wider LSTM), but +5 — a gate that starts almost fully open —
+# lifted the LSTM above the threshold on some seeds while others stayed at chance (the dots
+# in the accuracy panel). *Which* seeds is itself fragile: under another CPU's vector
+# instructions (AVX2 instead of AVX-512, as `make test` runs it) one early rounding
+# difference sends a run down another path; the verdict (some seeds rescued, not all) holds
+# on both. So the failure is real at default settings but not a ceiling of the architecture:
+# one line of initialisation moves it, unreliably, within 120 steps, as section 1.2
+# predicted. LSTMs were invented to bridge long gaps (Hochreiter & Schmidhuber, 1997), and
+# with such initialisations and far more training they do. The evidence supports "hard to
+# train from this far away, and fragile across seeds", not "impossible"; attention, one step
+# away, needs no such care.
 
 # %% [markdown]
 # ## 1.5 Attention: one step between any two positions (C4)
@@ -1086,18 +1054,15 @@ print(sweep_summary("C3"))
 # **Claim C4.** *Attention shortens the path between any two positions from $O(n)$ steps to
 # one.*
 #
-# In self-attention, the output at position $t$ is a weighted sum over *all* positions,
-# $y_t = \sum_j a_{tj}\, v_j$ with $v_j = x_j W_V$. Token $j$ enters $y_t$ through one
-# attention layer whatever $t - j$ is. We measure it with the rounds of section 1.3:
-# `path_lengths` reports, for every input position $j$, the fewest rounds after which
-# $\partial y_t / \partial x_j \neq 0$ at the last position $t$ (a per-token Jacobian), or
-# *no path* if no round ever makes $y_t$ depend on $x_j$. For the LSTM a round is one
-# application of its cell, so the prediction is $d + 1$ rounds at distance $d = t - j$ (the
-# cell that reads $x_j$, then $d$ state updates; exercise 01.1 counts only the updates, $d$);
-# for attention, one layer at every distance. A measurement that can only say "short" proves
+# In self-attention the output at $t$ is a weighted sum over *all* positions,
+# $y_t = \sum_j a_{tj}\, v_j$ with $v_j = x_j W_V$, so token $j$ enters $y_t$ through one
+# layer whatever $t - j$ is. `path_lengths` reports, in section 1.3's rounds, the fewest
+# after which $\partial y_t / \partial x_j \neq 0$ at the last position $t$, or *no path* if
+# none does. For the LSTM the prediction is $d + 1$ rounds at distance $d = t - j$ (the cell
+# that reads $x_j$, then $d$ state updates; exercise 01.1 counts only the updates); for
+# attention, one layer at every distance. A measurement that can only say "short" proves
 # nothing, so we add a **control that mixes nothing**: a per-token `nn.Linear`, tanh,
-# `nn.Linear` stack, whose output at $t$ depends on token $t$ alone. It must report no path
-# from any other token.
+# `nn.Linear` stack, which must report no path from any other token.
 
 # %% tags=["nbval-check-output"]
 torch.manual_seed(0)
@@ -1146,43 +1111,38 @@ record_claim(
 
 # %% [markdown]
 # The sweep (`python -m book.sceptic --claim C4`) measures the paths again on a longer
-# sequence, with wider models and with a stack of two attention layers; the cell prints the
-# stored results.
+# sequence, with wider models and with two attention layers.
 
 # %% tags=["nbval-check-output"]
 print(sweep_summary("C4"))
 
 # %% [markdown]
 # **Verdict: reproduced, at every size the sweep tried.** The LSTM's path grows by one cell
-# application per token of distance; attention's is one layer for every pair, and the control
-# that mixes nothing
-# reports no path from any other token — so the measurement can tell "one step" from "no
-# connection" (a count of operations in the autograd graph could not: `torch.stack` of the
-# tokens is one graph node linked to all of them). Combined with the flat gradient curve of
-# section 1.2, this is the whole argument of the chapter in two numbers: the recurrent model
-# relays every token through each state in between, while attention reads it directly, so
-# there is nothing for distance to wear away. The price is the $n \times n$ table of scores,
-# whose cost chapter 5 measures.
+# application per token of distance; attention's is one layer for every pair, and the
+# control that mixes nothing reports no path from any other token — so the measurement tells
+# "one step" from "no connection" (counting autograd nodes could not: `torch.stack` of the
+# tokens is one node linked to all of them). With section 1.2's flat gradient curve, this is
+# the chapter's argument: the recurrent model relays every token through each state in
+# between, while attention reads it directly, leaving nothing for distance to wear away. The
+# price is the $n \times n$ table of scores, whose cost chapter 5 measures.
 
 # %% [markdown]
 # ## 1.6 Self-attention and encoder–decoder attention
 #
 # Attention arrived in neural machine translation before Transformers. Bahdanau, Cho and
-# Bengio (2015) let an RNN *decoder* producing the translation look back at all states of an
-# RNN *encoder* that had read the source sentence: at each output step the decoder's state
-# asks the question, and the encoder's states are both what is searched and what is
-# returned. In today's vocabulary: the **queries come from the decoder, the keys and values
-# from the encoder** — *cross-attention*. (Bahdanau et al. scored query–key pairs with a small
-# feed-forward network, "additive" attention; the dot-product score used in this book came
-# later and is cheaper.) *Self-attention* is the special case in which queries, keys and
-# values all come from the same sequence, so that every token can consult every other token
-# of its own sentence. The Transformer is built from self-attention layers, plus
-# cross-attention from decoder to encoder in translation models.
+# Bengio (2015) let an RNN *decoder* look back at all states of an RNN *encoder* that had
+# read the source sentence: at each output step the decoder's state asks the question, and
+# the encoder's states are both what is searched and what is returned. In today's vocabulary
+# the **queries come from the decoder, the keys and values from the encoder** —
+# *cross-attention*. (Bahdanau et al. scored pairs with a small feed-forward network,
+# "additive" attention; this book's dot-product score came later and is cheaper.)
+# *Self-attention* takes queries, keys and values from the same sequence. The Transformer is
+# built from self-attention layers, plus cross-attention from decoder to encoder in
+# translation models.
 #
-# The package's `MultiHeadAttention` does both: `mha(x)` is self-attention, and
-# `mha(x, context=memory)` takes its keys and values from `memory`. With a three-token
-# "decoder" and a five-token "encoder", the weights form a 3 × 5 table: one row per decoder
-# position, spread over the encoder positions.
+# `MultiHeadAttention` does both: `mha(x)` is self-attention, and `mha(x, context=memory)`
+# takes its keys and values from `memory`. With a three-token "decoder" and a five-token
+# "encoder", the weights form a 3 × 5 table: one row per decoder position.
 
 # %% tags=["nbval-check-output"]
 torch.manual_seed(0)
@@ -1193,10 +1153,9 @@ out, cross_weights = mha(decoder_states, context=encoder_states, need_weights=Tr
 print("output:", tuple(out.shape), " weights:", tuple(cross_weights.shape), "(B, H, Lq, Lk)")
 
 # %% [markdown]
-# Two properties pin down what cross-attention is. Each decoder position sees the decoder
-# only through its own query, so changing *another* decoder token leaves its output
-# untouched; and every output depends on every encoder state. Self-attention is the same
-# module with `context` equal to the input.
+# Two properties pin down cross-attention: each decoder position sees the decoder only
+# through its own query, so changing *another* decoder token leaves its output untouched;
+# and every output depends on every encoder state.
 
 # %%
 assert torch.allclose(cross_weights.sum(-1), torch.ones(1, 2, 3))  # a distribution per row
@@ -1226,16 +1185,15 @@ fig.tight_layout()
 # %% [markdown]
 # ## 1.7 Meaning from context: the two banks
 #
-# Self-attention is what lets a Transformer's representation of a word depend on its
-# sentence. A static embedding table (word2vec, GloVe) gives *bank* one vector whether the
-# sentence is about money or about a river; one self-attention layer mixes into each token
-# some of the tokens it matches, so the same input vector leaves the layer differently in
-# different sentences.
+# Self-attention lets a word's representation depend on its sentence. A static embedding
+# table (word2vec, GloVe) gives *bank* one vector whether the sentence is about money or a
+# river; a self-attention layer mixes into each token some of the tokens it matches, so the
+# same input leaves the layer differently in different sentences.
 #
 # A hand-built example shows the mechanism with nothing learned. Give every word a vector on
-# three axes — *finance*, *river*, and *function word* — and make *bank* sit exactly between
-# the two senses. Use the vectors themselves as queries, keys and values (identity
-# projections), and attend with the package's `scaled_dot_product_attention`.
+# three axes — *finance*, *river*, and *function word* — with *bank* exactly between the two
+# senses. Use the vectors themselves as queries, keys and values (identity projections), and
+# attend with `scaled_dot_product_attention`.
 
 # %% tags=["nbval-check-output"]
 AXES = ("finance", "river", "function")
@@ -1309,11 +1267,10 @@ print(f"finance - river: {money_sense:+.2f} (money sentence), {river_sense:+.2f}
 
 # %% [markdown]
 # In the money sentence *bank* matches *deposit* and *money* (large dot products on the
-# finance axis), takes in some of their vectors, and moves to the finance side of the
-# diagonal; in the river sentence it moves the other way. Alone it stays where it was. A
-# trained model does the same with learned projections $W_Q, W_K, W_V$ instead of the
-# identity, in hundreds of dimensions and over many layers — chapter 2 builds exactly that
-# computation.
+# finance axis), takes in some of their vectors and moves to the finance side of the
+# diagonal; in the river sentence it moves the other way; alone it stays put. A trained
+# model does the same with learned projections $W_Q, W_K, W_V$, in hundreds of dimensions
+# and over many layers — the computation chapter 2 builds.
 
 # %% [markdown]
 # ## Claims checked
@@ -1330,31 +1287,31 @@ claims_table()
 #   reaches position $t$ only through $t$ updates.
 # - The gradient linking a distant input to an output is a product of one Jacobian per step,
 #   so it shrinks (or explodes) exponentially with distance. At torch's initialisation LSTM
-#   and GRU gates slow the decay, and a forget gate opened by +3 slows it a lot, yet over 500
-#   steps it remains orders of magnitude. A gate opened by +5, or an identity-initialised RNN,
-#   starts out with no such loss: the decay depends on how a network starts.
-# - A non-linear RNN needs $n$ rounds one after another however it is implemented (a Python
-#   loop or a fused kernel); a linear recurrence needs $\log_2 n$, by a scan; one attention
-#   layer needs one round at every length. That is a statement about parallelism, not about
-#   total work: attention does $O(n^2)$ work, which a small CPU feels.
-# - Dependence must be measured on values: a per-token Jacobian says whether $y_t$ depends on
-#   $x_j$, and a control that mixes nothing must come out as "no path".
+#   and GRU gates slow the decay, and a forget gate opened by +3 slows it a lot, yet over
+#   500 steps it remains orders of magnitude. A gate opened by +5, or an
+#   identity-initialised RNN, starts with no such loss: the decay depends on how a network
+#   starts.
+# - A non-linear RNN needs $n$ rounds one after another however it is implemented; a linear
+#   recurrence needs $\log_2 n$, by a scan; one attention layer needs one round at every
+#   length. That is about parallelism, not total work: attention does $O(n^2)$ work.
+# - Dependence must be measured on values: a per-token Jacobian says whether $y_t$ depends
+#   on $x_j$, and a control that mixes nothing must come out as "no path".
 # - On a 500-token task with the answer at the start, default LSTMs of several sizes stayed
 #   at chance within our budget while a one-layer attention model learned to look straight
 #   at the signal. A raised forget-gate bias rescued the LSTM on some seeds, not all: hard
 #   and fragile, not impossible.
 # - Self-attention takes queries, keys and values from one sequence; cross-attention takes
 #   queries from the decoder and keys and values from the encoder. Mixing in matched tokens
-#   is what makes a word's representation depend on its context.
+#   makes a word's representation depend on its context.
 
 # %% [markdown]
 # ## Exercises
 #
-# Your workbook `my-exercises/01_rnn_limits.py` (`make lab` copies it there) has six: count the
-# path length between two positions, unroll an RNN by hand (checked against `nn.RNN`), derive
-# the gradient decay of a linear recurrence, compute how far a gradient survives at the decay
-# rates measured here, write cross-attention (checked against the package), and predict C1's
-# verdict with the forget gate opened by +5 before running it. Check your answers with
+# Your workbook `my-exercises/01_rnn_limits.py` (`make lab` copies it there) has six: count
+# the path length between two positions, unroll an RNN by hand (checked against `nn.RNN`),
+# derive the gradient decay of a linear recurrence, compute how far a gradient survives at
+# the decay rates measured here, write cross-attention (checked against the package), and
+# predict C1's verdict with the forget gate opened by +5. Check your answers with
 # `make check CH=01`.
 #
 # ## Further reading
@@ -1365,19 +1322,19 @@ claims_table()
 # - S. Hochreiter, J. Schmidhuber (1997). *Long short-term memory.* Neural Computation 9(8).
 # - F. A. Gers, J. Schmidhuber, F. Cummins (2000). *Learning to forget: continual prediction
 #   with LSTM.* Neural Computation 12(10).
-# - R. Pascanu, T. Mikolov, Y. Bengio (2013). *On the difficulty of training recurrent neural
-#   networks.* ICML.
+# - R. Pascanu, T. Mikolov, Y. Bengio (2013). *On the difficulty of training recurrent
+#   neural networks.* ICML.
 # - K. Cho, B. van Merriënboer, C. Gulcehre, D. Bahdanau, F. Bougares, H. Schwenk, Y. Bengio
 #   (2014). *Learning phrase representations using RNN encoder–decoder for statistical
 #   machine translation.* EMNLP (the GRU).
 # - R. Jozefowicz, W. Zaremba, I. Sutskever (2015). *An empirical exploration of recurrent
 #   network architectures.* ICML (the forget-gate bias).
-# - D. Bahdanau, K. Cho, Y. Bengio (2015). *Neural machine translation by jointly learning to
-#   align and translate.* ICLR.
+# - D. Bahdanau, K. Cho, Y. Bengio (2015). *Neural machine translation by jointly learning
+#   to align and translate.* ICLR.
 # - G. E. Blelloch (1990). *Prefix sums and their applications.* Technical report, Carnegie
 #   Mellon University (the parallel scan).
-# - A. Vaswani, N. Shazeer, N. Parmar, J. Uszkoreit, L. Jones, A. N. Gomez, Ł. Kaiser,
-#   I. Polosukhin (2017). *Attention is all you need.* NeurIPS (its section 4 compares path
+# - A. Vaswani, N. Shazeer, N. Parmar, J. Uszkoreit, L. Jones, A. N. Gomez, Ł. Kaiser, I.
+#   Polosukhin (2017). *Attention is all you need.* NeurIPS (its section 4 compares path
 #   lengths and sequential operations of recurrent, convolutional and attention layers).
-# - M. E. Peters et al. (2018). *Deep contextualized word representations.* NAACL (contextual
-#   embeddings, as opposed to word2vec's and GloVe's static ones).
+# - M. E. Peters et al. (2018). *Deep contextualized word representations.* NAACL
+#   (contextual embeddings, as opposed to word2vec's and GloVe's static ones).

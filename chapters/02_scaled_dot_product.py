@@ -14,15 +14,15 @@
 # %% [markdown]
 # # Chapter 2 — Q, K, V and scaled dot-product attention
 #
-# Chapter 1 argued that a model should be able to reach any earlier token in one step. This
-# chapter builds the mechanism that does it, one matrix product at a time. Every token asks a
-# question (its *query*), advertises what it can answer (its *key*) and holds what it would
-# hand over (its *value*); attention scores every question against every key, turns the
-# scores into weights with a softmax, and returns the weighted mix of values. We write the
-# five steps out on one ten-token sentence, check each against PyTorch, and then spend most of
-# the chapter on the least obvious symbol in the formula, the $1/\sqrt{d_k}$: where it comes
-# from (a variance computation), what goes wrong without it (a saturated softmax), and
-# whether that actually slows training (we train the same model with and without it).
+# Chapter 1 argued that a model should reach any earlier token in one step. This chapter
+# builds the mechanism that does it. Every token asks a question (its *query*), advertises
+# what it can answer (its *key*) and holds what it would hand over (its *value*); attention
+# scores every question against every key, turns the scores into weights with a softmax, and
+# returns the weighted mix of values. We write the five steps out on one ten-token sentence,
+# check each against PyTorch, and then spend most of the chapter on the least obvious symbol
+# in the formula, the $1/\sqrt{d_k}$: where it comes from (a variance), what goes wrong
+# without it (a saturated softmax), and whether that slows training (the same model trained
+# with and without it).
 #
 # $$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right) V$$
 
@@ -64,10 +64,9 @@ set_style()
 make_deterministic(0)
 
 # %% [markdown]
-# The models, tasks and measurements of this chapter are defined on the page, in cells that
-# start with `#| export`: `make export` copies them to `book.pages.ch02`, where the claims
-# module (`book.claims.ch02`: thresholds, verdicts, seed loops), the tests and later chapters
-# import them. They use:
+# The chapter's models, tasks and measurements are defined on the page, in `#| export` cells
+# that `make export` copies to `book.pages.ch02` for the claims module (`book.claims.ch02`:
+# thresholds, verdicts, seed loops), the tests and later chapters. They use:
 
 # %%
 #| export
@@ -97,13 +96,11 @@ prices = {"apple": 3.0, "pear": 4.0, "plum": 7.0, "fig": 5.0}
 print(prices["apple"])
 
 # %% [markdown]
-# Attention relaxes both halves of that. The query is compared with *every* key, each
-# comparison gives a similarity score, the softmax turns the scores into weights that are
-# positive and sum to one, and the answer is the weighted average of all values. A query that
-# is "mostly apple, a bit pear" gets an answer between the two prices, pulled towards the
-# apple price; how strongly, we will see, depends on the size of the scores. To make this
-# concrete, give each fruit a key vector (here simply one axis per fruit) and store its
-# price as a one-number value.
+# Attention relaxes both halves. The query is compared with *every* key, the softmax turns
+# the similarity scores into positive weights summing to one, and the answer is the weighted
+# average of all values. A query that is "mostly apple, a bit pear" gets an answer between
+# the two prices, pulled towards the apple price. Here each fruit has a key vector (one axis
+# per fruit) and a one-number price as its value.
 
 # %%
 fruits = list(prices)
@@ -122,9 +119,9 @@ def soft_lookup(query: torch.Tensor) -> tuple[float, torch.Tensor]:
 
 
 # %% [markdown]
-# How sharp the lookup is depends on how large the scores are. Multiplying the same query by
-# a growing factor leaves its *direction* unchanged but stretches the scores, and the
-# weights slide from "average of everything" towards "apple only".
+# Multiplying the same query by a growing factor leaves its *direction* unchanged but
+# stretches the scores, and the weights slide from "average of everything" towards "apple
+# only".
 
 # %% tags=["nbval-check-output"]
 for stretch in (1.0, 8.0, 32.0):
@@ -141,24 +138,21 @@ for stretch in (1.0, 8.0, 32.0):
 assert soft_lookup(32.0 * mostly_apple)[1][0] > 0.95  # large scores: nearly a hard lookup
 
 # %% [markdown]
-# Keep that last observation in mind: *the size of the scores, not just their order, decides
-# how hard the lookup is.* Section 2.4 is about exactly this, once the scores are computed
-# from learned vectors of width $d_k$.
+# So *the size of the scores, not just their order, decides how hard the lookup is* — the
+# subject of section 2.4, once the scores come from learned vectors of width $d_k$.
 
 # %% [markdown]
 # ## 2.2 Three projections of one token
 #
-# In self-attention there is no separate dictionary: the sequence looks itself up. Each token
-# vector $x_i$ (width $d_\text{model}$) is projected three times, by three learned matrices,
-# into a query $q_i = x_i W_Q$, a key $k_i = x_i W_K$ (both width $d_k$) and a value
-# $v_i = x_i W_V$ (width $d_v$). The same token thus plays three roles: asking (query),
-# being found (key), and being read (value).
+# In self-attention the sequence looks itself up. Each token vector $x_i$ (width
+# $d_\text{model}$) is projected by three learned matrices into a query $q_i = x_i W_Q$, a
+# key $k_i = x_i W_K$ (both width $d_k$) and a value $v_i = x_i W_V$ (width $d_v$): the same
+# token is asking (query), being found (key) and being read (value).
 #
-# Our running example for the rest of the chapter is one ten-token sentence with random
-# embeddings and random projection matrices. Nothing is trained here, so the attention
-# pattern will mean nothing linguistically; what matters is the computation. The word *the*
-# appears twice and gets the same embedding both times — without position information
-# (chapter 4), attention cannot tell the two apart.
+# The running example is one ten-token sentence with random embeddings and projections.
+# Nothing is trained, so the attention pattern means nothing linguistically; what matters is
+# the computation. The word *the* appears twice with the same embedding both times — without
+# position information (chapter 4), attention cannot tell the two apart.
 
 # %% tags=["nbval-check-output"]
 tokens = ["the", "cat", "sat", "on", "the", "mat", "because", "it", "was", "tired"]
@@ -211,14 +205,13 @@ fig.tight_layout()
 
 # %% [markdown]
 # The left matrix is symmetric about its diagonal, and the diagonal is where each row's
-# largest score tends to sit (the two *the* tokens, having identical embeddings, score each
+# largest score tends to sit (the two *the* tokens, with identical embeddings, score each
 # other exactly as high as themselves); the right one has neither property. One sentence is
 # an anecdote, so we measure over 500 random "sentences" of 10 tokens, each with its own
-# token vectors and projections: how often is a token's highest score the one with itself,
-# and are the scores symmetric? The claim's thresholds, fixed before the run, are named
-# constants beside `s21_verdict` in `book.claims.ch02`: symmetric up to rounding, the token
-# itself on top in most rows with one projection, and not much more often than chance with
-# two.
+# token vectors and projections: how often is a token's highest score with itself, and are
+# the scores symmetric? The thresholds, fixed before the run, are named constants beside
+# `s21_verdict` in `book.claims.ch02`: symmetric up to rounding, the token itself on top in
+# most rows with one projection, and not much more often than chance with two.
 
 
 # %%
@@ -270,35 +263,33 @@ record_claim(
 )
 
 # %% [markdown]
-# The symmetry is algebra and cannot fail; how often "myself" wins is a measurement, and it
-# depends on the sizes we picked. A sceptic would change them: other seeds, a narrower or a
-# wider projection, a narrower model, longer sentences. Each change was run once and judged
-# by the same thresholds (`make sceptic CH=02`); this cell prints the stored results:
+# The symmetry is algebra and cannot fail; how often "myself" wins is a measurement that
+# depends on our sizes. The sceptic changes them — other seeds, a narrower or wider
+# projection, a narrower model, longer sentences — each judged by the same thresholds
+# (`make sceptic CH=02`); the stored results:
 
 # %% tags=["nbval-check-output"]
 print(sweep_summary("§2.1 shared Q/K"))
 
 # %% [markdown]
-# **Verdict: reproduced at the chapter's sizes, and the direction of the effect everywhere.**
-# A shared projection makes the score matrix symmetric (exactly, up to rounding) and makes
+# **Verdict: reproduced at the chapter's sizes, and the direction of the effect
+# everywhere.** A shared projection makes the score matrix symmetric (up to rounding) and
 # "myself" the top match in most rows; with separate projections the diagonal wins about as
 # often as chance (one row in ten). That held for every seed and grew stronger with a wider
-# projection. Why it depends on width: a token's score with itself is its squared length,
-# while its score with another token shrinks with the angle between them, and in few
-# dimensions random vectors are seldom near right angles. So with a very narrow projection,
-# with a model narrower than the projection, or with longer sentences (more rivals per row)
-# "myself" still wins far more often than chance but no longer in most rows: the claim's
-# "tends to" holds, its strength does not.
+# projection. Why width matters: a token's score with itself is its squared length, while
+# its score with another shrinks with the angle between them, and in few dimensions random
+# vectors are seldom near right angles. So with a very narrow projection, a model narrower
+# than the projection, or longer sentences (more rivals per row), "myself" still wins far
+# more often than chance but no longer in most rows: the claim's "tends to" holds, its
+# strength does not.
 
 # %% [markdown]
 # ## 2.3 The whole computation in five steps
 #
-# Back to the running sentence, now with every step written out and checked. $X$ is
-# $(L, d_\text{model}) = (10, 16)$, $d_k = d_v = 8$.
-#
-# The diagram below is the whole section on one page: five steps, and the shape of every
-# tensor for our sentence (it is drawn from the sizes defined above, so it cannot disagree
-# with the code).
+# Back to the running sentence, every step written out and checked. $X$ is
+# $(L, d_\text{model}) = (10, 16)$, $d_k = d_v = 8$. The diagram shows the five steps and
+# the shape of every tensor (drawn from the sizes above, so it cannot disagree with the
+# code).
 
 # %%
 _ = five_steps(len(tokens), d_model, d_k, d_v)
@@ -359,9 +350,8 @@ for name, t in (("X", x), ("Q", Q), ("K", K), ("V", V), ("S", S), ("A", A), ("Z"
     print(f"{name:>3}: {tuple(t.shape)}")
 
 # %% [markdown]
-# Our hand-written steps must agree with the package's reference implementation and with
-# PyTorch's own fused kernel. Both expect the book's layout `[batch, heads, seq, dim]`, so we
-# add two leading axes of size one.
+# The hand-written steps must agree with the package's reference implementation and with
+# PyTorch's fused kernel, both of which expect the layout `[batch, heads, seq, dim]`.
 
 # %%
 q4, k4, v4 = (t[None, None] for t in (Q, K, V))  # (1, 1, L, d) each
@@ -409,10 +399,10 @@ assert torch.equal(z_masked[0, 0, 9], torch.zeros(d_v))  # the package: zeros, n
 # %% [markdown]
 # ### No loop over time
 #
-# Nothing in the five steps loops over positions: every row of $A$ and $Z$ is computed by
-# the same matrix products, and no row waits for another. Writing the computation as a loop
-# over queries gives the same numbers, but it is the matrix form that hardware runs well. (An
-# RNN could not be written this way: its step $t$ needs the state from step $t-1$.)
+# Nothing in the five steps loops over positions: every row of $A$ and $Z$ comes from the
+# same matrix products, and no row waits for another. A loop over queries gives the same
+# numbers, but hardware runs the matrix form well. (An RNN's step $t$ needs the state from
+# step $t-1$, so it cannot be written this way.)
 
 # %%
 Z_loop = torch.stack(
@@ -539,8 +529,8 @@ def dot_product_scores(
 
 
 # %% [markdown]
-# `variance_table` (in the claims module) calls `dot_product_stats` for every distribution
-# and width, each from its own generator seeded with $d_k$.
+# `variance_table` (in the claims module) runs `dot_product_stats` for every distribution
+# and width, each seeded with $d_k$.
 
 # %%
 D_KS = (16, 64, 256, 1024)
@@ -566,10 +556,10 @@ record_claim(
 )
 
 # %% [markdown]
-# The figure shows the same thing in two ways: the variance grows in proportion to $d_k$
-# (the measured curves lie on top of the theory line, of slope 1 on log–log axes) while the
-# scaled scores stay at 1, and the histogram of raw scores spreads out with $d_k$ (the scaled
-# ones, with standard deviation 1, would all fall on one curve, narrower than any of these).
+# The variance grows in proportion to $d_k$ (the measured curves lie on the theory line, of
+# slope 1 on log–log axes) while the scaled scores stay at 1, and the histogram of raw
+# scores spreads out with $d_k$ (the scaled ones would all fall on one curve, narrower than
+# any of these).
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -610,31 +600,28 @@ plot_lines(
 fig.tight_layout()
 
 # %% [markdown]
-# Twelve cases on one set of seeds could still be lucky, and the widths and distributions
-# are ours. The sceptic's changes: other seeds, the narrowest heads, a wider one, and
-# components that are skewed and heavy-tailed (exp(1) − 1: mean 0, variance 1, but nothing
-# like a Gaussian), alone and in the narrowest heads. The stored results:
+# Twelve cases on one set of seeds could be lucky, and the widths and distributions are
+# ours. The sceptic's changes: other seeds, the narrowest heads, a wider one, and skewed,
+# heavy-tailed components (exp(1) − 1: mean 0, variance 1, nothing like a Gaussian), alone
+# and in the narrowest heads:
 
 # %% tags=["nbval-check-output"]
 print(sweep_summary("C5"))
 
 # %% [markdown]
 # **Verdict on C5: reproduced.** The measured variance tracks $d_k$ within a couple of
-# percent for all three distributions (the table above), and the scaled score has variance 1
-# at every width. It survives the sweep: other seeds, a wider head and skewed components give
-# the same answer. The one miss is sampling noise, not the derivation: with a single
-# component ($d_k = 1$) the product of two Gaussians is heavy-tailed, so 20,000 samples pin
-# its variance down less tightly than the tolerance assumes, and one such case lands just
-# outside it. The sum over many components averages that away, which is why every width the
-# chapter uses passes.
+# percent for all three distributions, and the scaled score has variance 1 at every width;
+# other seeds, a wider head and skewed components give the same answer. The one miss is
+# sampling noise, not the derivation: with a single component ($d_k = 1$) the product of two
+# Gaussians is heavy-tailed, so 20,000 samples pin its variance down less tightly than the
+# tolerance assumes, and one such case lands just outside it. Summing many components
+# averages that away, so every width the chapter uses passes.
 #
-# A practical footnote: the derivation assumes unit-variance $q_i$ and $k_i$. If the
-# components have variances $\sigma_q^2$ and $\sigma_k^2$ instead, the same two lines give
-# $\operatorname{Var}(q\cdot k) = d_k\,\sigma_q^2\sigma_k^2$. PyTorch's default `nn.Linear`
-# initialisation, for instance, gives $\sigma^2 = 1/3$ on unit-variance inputs, so the raw
-# scores start with variance $d_k/9$. The $1/\sqrt{d_k}$ removes the dependence on the
-# width; it does not pin the constant, which depends on the initialisation. (Exercise 02.2
-# asks for this formula.)
+# A practical footnote: if the components have variances $\sigma_q^2$ and $\sigma_k^2$, the
+# same two lines give $\operatorname{Var}(q\cdot k) = d_k\,\sigma_q^2\sigma_k^2$. PyTorch's
+# default `nn.Linear` initialisation gives $\sigma^2 = 1/3$ on unit-variance inputs, so raw
+# scores start with variance $d_k/9$. The $1/\sqrt{d_k}$ removes the dependence on width,
+# not the constant, which depends on the initialisation (exercise 02.2).
 
 # %% tags=["nbval-check-output"]
 gen = torch.Generator().manual_seed(3)
@@ -651,22 +638,21 @@ assert 0.08 < ratio_default < 0.14
 # ### C6: what large scores do to the softmax
 #
 # The softmax of a row of scores $s$ is $p_j = e^{s_j} / \sum_l e^{s_l}$. Adding a constant
-# to every score changes nothing, but *stretching* the scores does: the largest entry's
-# exponential dominates the sum more and more, and $p$ approaches a one-hot vector — the hard
-# lookup of section 2.1. How peaked it is we measure by the largest weight (from $1/n$ for
-# uniform to 1 for one-hot) and by the entropy (from $\ln n$ down to 0).
+# to every score changes nothing, but *stretching* the scores lets the largest entry's
+# exponential dominate the sum, and $p$ approaches a one-hot vector — section 2.1's hard
+# lookup. We measure how peaked it is by the largest weight (from $1/n$ for uniform to 1 for
+# one-hot) and by the entropy (from $\ln n$ down to 0).
 #
 # Gradients tell the more important story. The derivative of the softmax is
 #
 # $$\frac{\partial p_i}{\partial s_j} = p_i(\delta_{ij} - p_j), \qquad
 # J = \operatorname{diag}(p) - pp^\top .$$
 #
-# If $p$ is one-hot, every entry is zero: $p_i(1-p_i) = 0$ on the diagonal and
-# $p_ip_j = 0$ off it. Whatever gradient arrives at the weights from the loss, $J^\top$ passes
-# (almost) nothing back to the scores — and the scores are the only route by which the loss
-# reaches $W_Q$ and $W_K$. (C7 will show that this is not quite the whole story.) We check
-# the formula against autograd, then measure $\lVert J\rVert_F$ as the spread of the scores
-# grows.
+# If $p$ is one-hot, every entry is zero: $p_i(1-p_i) = 0$ on the diagonal and $p_ip_j = 0$
+# off it. Whatever gradient reaches the weights, $J^\top$ passes (almost) nothing back to
+# the scores — the loss's only route to $W_Q$ and $W_K$ (C7 shows this is not quite the
+# whole story). We check the formula against autograd, then measure $\lVert J\rVert_F$ as
+# the scores spread.
 
 
 # %%
@@ -692,10 +678,10 @@ print(
 )
 
 # %% [markdown]
-# Now the measurement: rows of $n = 64$ scores, Gaussian with a standard deviation swept from
-# 0.25 to 64, 2,000 rows per setting. Without the scale, a width $d_k$ gives standard
-# deviation $\sqrt{d_k}$ (C5); with it, 1. We report the mean **and the median** of the
-# Jacobian norm over rows — the reason will be visible in the plot.
+# Now rows of $n = 64$ scores, Gaussian with a standard deviation swept from 0.25 to 64,
+# 2,000 rows per setting. Without the scale, a width $d_k$ gives standard deviation
+# $\sqrt{d_k}$ (C5); with it, 1. We report the mean **and the median** Jacobian norm over
+# rows — the plot shows why.
 
 
 # %%
@@ -777,22 +763,20 @@ axes[1].legend(fontsize=8, loc="lower left")
 fig.tight_layout()
 
 # %% [markdown]
-# Two things stand out. First, the gradient does *not* fall monotonically: a moderately
-# peaked softmax (std 2–4) has a *larger* Jacobian than a flat one, because a flat softmax is
-# also insensitive (every $p_i$ is small). The collapse starts beyond a standard deviation
-# of about 8. Second, beyond that point the median row's Jacobian drops by orders of
-# magnitude while the mean falls far less: a few rows whose top two scores happen to be
-# nearly tied still have a live gradient, and they dominate the average. Keep that in mind
-# for C7.
+# Two things stand out. The gradient does *not* fall monotonically: a moderately peaked
+# softmax (std 2–4) has a *larger* Jacobian than a flat one, which is also insensitive
+# (every $p_i$ is small); the collapse starts beyond a standard deviation of about 8. And
+# beyond that point the median row's Jacobian drops by orders of magnitude while the mean
+# falls far less: a few rows whose top two scores are nearly tied keep a live gradient and
+# dominate the average (remember this for C7).
 #
-# The same measurement with scores that really are dot products of random vectors, at the
-# four widths of C5, unscaled and scaled. The verdict (`c6_verdict`, thresholds named beside
-# it in `book.claims.ch02`) is judged at the widest head and splits the claim in its
-# parts: the unscaled softmax is near one-hot; the typical row's Jacobian (the median) is
-# under a hundredth of the scaled one; with the scale the scores have unit spread and the
-# same softmax at every width. For the whole claim the *average* Jacobian over rows, which is
-# what a batch's gradient adds up, must shrink clearly too; without that, only part of it
-# holds.
+# Now scores that really are dot products of random vectors, at C5's four widths, unscaled
+# and scaled. The verdict (`c6_verdict`, thresholds beside it in `book.claims.ch02`) is
+# judged at the widest head and splits the claim in parts: the unscaled softmax is near
+# one-hot; the typical (median) row's Jacobian is under a hundredth of the scaled one; with
+# the scale the scores have unit spread and the same softmax at every width. For the whole
+# claim the *average* Jacobian over rows, which a batch's gradient adds up, must shrink
+# clearly too; without that, only part holds.
 
 # %%
 saturation = saturation_by_width(256, N_KEYS, D_KS, seed=6)  # (d_k, scaled) -> statistics
@@ -823,11 +807,10 @@ record_claim(
 )
 
 # %% [markdown]
-# All of this was measured on rows of 64 keys, and both sides of the comparison depend on
-# that number: with more keys the scaled softmax spreads its weight more thinly, so it too
-# passes less gradient, while the unscaled one has more near-ties among its top scores. A
-# sceptic would therefore change the number of keys first, then the widths and the seeds.
-# The stored sweep, judged by the same thresholds:
+# Both sides of the comparison depend on the 64 keys per row: with more keys the scaled
+# softmax spreads its weight more thinly and passes less gradient, while the unscaled one
+# has more near-ties among its top scores. So the sceptic changes the number of keys first,
+# then the widths and the seeds, judged by the same thresholds:
 
 # %% tags=["nbval-check-output"]
 print(sweep_summary("C6"))
@@ -835,41 +818,40 @@ print(sweep_summary("C6"))
 # %% [markdown]
 # **Verdict on C6: reproduced with 64 keys; with more keys it needs a wider head, and the
 # average gradient need not vanish at all.** With 64 keys, at $d_k = 1024$ the unscaled
-# softmax puts on average 0.94 of its weight on one key (the table above), the typical row's
-# Jacobian is hundreds of times smaller than with scaling and the average one less than half
-# as large; after dividing by $\sqrt{d_k}$ the statistics are the same at every width. That
-# held on other seeds and more strongly at $d_k = 4096$. Three conditions limit it:
+# softmax puts on average 0.94 of its weight on one key, the typical row's Jacobian is
+# hundreds of times smaller than with scaling and the average one less than half as large;
+# after dividing by $\sqrt{d_k}$ the statistics are the same at every width. That held on
+# other seeds and more strongly at $d_k = 4096$. Three conditions limit it:
 #
 # - **Width.** The damage needs large widths. At $d_k = 16$ the unscaled softmax is sharper
-#   and yet passes *more* gradient, and at $d_k = 256$ its typical row still passes a
-#   sizeable share of what the scaled softmax does.
+#   yet passes *more* gradient, and at $d_k = 256$ its typical row still passes a sizeable
+#   share of what the scaled softmax does.
 # - **The number of keys.** With 256 or 512 keys the unscaled softmax is as one-hot as with
-#   64, but the gradient comparison weakens: at $d_k = 1024$ the typical row's Jacobian is
-#   only tens of times smaller than with scaling, short of our threshold, so the claim is not
-#   reproduced there; a wider head ($d_k = 4096$) brings the typical row's collapse back.
-# - **Typical row versus average.** The average Jacobian over rows shrinks far less than the
-#   typical one, because rows whose top two scores are nearly tied stay alive, and more keys
-#   make such rows commoner. With 512 keys at $d_k = 1024$ the comparison reverses: the
-#   unscaled softmax passes *more* gradient on average than the scaled one, whose weight is
-#   spread so thinly that it is insensitive too. Even at $d_k = 4096$ the average shrinks
-#   too little for our threshold.
+#   64, but at $d_k = 1024$ the typical row's Jacobian is only tens of times smaller than
+#   with scaling, short of our threshold, so the claim is not reproduced there; a wider head
+#   ($d_k = 4096$) brings the collapse back.
+# - **Typical row versus average.** The average Jacobian shrinks far less than the typical
+#   one, because rows whose top two scores are nearly tied stay alive, and more keys make
+#   them commoner. With 512 keys at $d_k = 1024$ the comparison reverses: the unscaled
+#   softmax passes *more* gradient on average than the scaled one, whose weight is spread so
+#   thinly that it is insensitive too. Even at $d_k = 4096$ the average shrinks too little
+#   for our threshold.
 #
-# So the claim as it should be worded: without the scale, wide heads saturate the softmax and
-# the *typical* row's gradient vanishes, the more keys the wider the head must be for that;
-# whether the gradient *averaged over a batch* is smaller than with the scale depends on the
-# number of keys, and with many keys it is not.
+# So, as it should be worded: without the scale, wide heads saturate the softmax and the
+# *typical* row's gradient vanishes (the more keys, the wider the head must be); whether the
+# gradient *averaged over a batch* is smaller than with the scale depends on the number of
+# keys, and with many keys it is not.
 
 # %% [markdown]
 # ### C7: does it matter in training?
 #
-# The claim: with $d_k = 512$ and no scaling, the training loss barely moves for the first few
-# hundred steps, while the scaled model learns normally. To test it we need a task on which
-# attention *must* pick the right key. A key–value retrieval task does that: each example is a
-# little dictionary of 8 (key, value) pairs (keys distinct, out of 64; values out of 64),
-# followed by one of its keys as the query; the answer is the value stored under it. Without
-# matching the query to the right key, a model can do no better than guess among the row's
-# values. (This cell and the model below are exported to `book.pages.ch02`; chapter 9 reuses
-# both.)
+# The claim: with $d_k = 512$ and no scaling, the training loss barely moves for the first
+# few hundred steps, while the scaled model learns normally. The test needs a task on which
+# attention *must* pick the right key: key–value retrieval. Each example is a little
+# dictionary of 8 (key, value) pairs (keys distinct, out of 64; values out of 64), followed
+# by one of its keys as the query; the answer is the value stored under it. Without matching
+# the query to the right key, a model can only guess among the row's values. (Chapter 9
+# reuses this task and the model below.)
 
 
 # %%
@@ -913,12 +895,12 @@ def retrieval_batch(
 
 # %% [markdown]
 # The model is a single attention head. Each pair becomes one token
-# $\mathrm{LayerNorm}(E_\text{key}[k_i] + E_\text{val}[v_i])$, the query key is embedded with
-# the same key table, $W_Q$ and $W_K$ map width 64 to $d_k = 512$, and a linear layer reads
-# the attended value out as logits over the 64 values. $W_Q$, $W_K$ are initialised with std
-# $1/\sqrt{64}$, so $q$ and $k$ start with unit-variance components — the premise of C5.
+# $\mathrm{LayerNorm}(E_\text{key}[k_i] + E_\text{val}[v_i])$, the query key is embedded
+# with the same key table, $W_Q$ and $W_K$ map width 64 to $d_k = 512$, and a linear layer
+# reads the attended value out as logits over the 64 values. $W_Q$, $W_K$ are initialised
+# with std $1/\sqrt{64}$, so $q$ and $k$ start with unit-variance components — C5's premise.
 # `scaled=False` multiplies the scores by 1 instead of $1/\sqrt{d_k}$ and changes nothing
-# else, not even the order in which parameters are drawn: one seed gives both models the
+# else, not even the order in which parameters are drawn, so one seed gives both models the
 # same initial weights. (The `normalizer` knob, for chapter 9, swaps the softmax for another
 # normaliser of `attention.normalizers`.)
 
@@ -1019,9 +1001,9 @@ print(retrieval_model)
 print(f"parameters: {sum(p.numel() for p in retrieval_model.parameters()):,}")
 
 # %% [markdown]
-# Before its first step, each run records on a held-out batch how the untrained model attends
-# and where the gradient of the loss goes; we will need this to explain the result. The
-# scores are materialised so that their gradient can be read.
+# Before its first step, each run records on a held-out batch how the untrained model
+# attends and where the gradient of the loss goes (the scores are materialised so that their
+# gradient can be read).
 
 
 # %%
@@ -1063,12 +1045,11 @@ def gradient_snapshot(model: RetrievalModel, batch: RetrievalBatch) -> GradientS
 
 
 # %% [markdown]
-# The training step is the book's loop `fit` (Adam, one fresh batch per step) with the loss
-# written out: the cross-entropy of the logits against the stored value. The parameters come
-# from `torch.manual_seed(seed)`, the batches from a generator seeded with `seed + 1`, the
-# held-out batch from `seed + 2`: two runs that differ only in `scaled` start from the same
-# weights and see the same examples in the same order (64 per step, learning rate
-# $10^{-3}$, 400 steps); only the scale differs.
+# Training uses the book's `fit` (Adam, one fresh batch per step) with the cross-entropy of
+# the logits against the stored value. Parameters come from `torch.manual_seed(seed)`,
+# batches from `seed + 1`, the held-out batch from `seed + 2`, so two runs that differ only
+# in `scaled` start from the same weights and see the same examples (64 per step, learning
+# rate $10^{-3}$, 400 steps).
 
 
 # %%
@@ -1209,12 +1190,12 @@ assert unscaled_run.init_max_weight > 0.85 and scaled_run.init_max_weight < 0.6
 _ = assert_c7_plateau({0: (scaled_run, unscaled_run)})  # the step ratio: in the seed table
 
 # %% [markdown]
-# The plateau is there: for about a hundred steps the unscaled model's loss stays within 10 %
-# of where it started, while the scaled model's loss is already falling steeply. Then the
+# The plateau is there: for about a hundred steps the unscaled model's loss stays within 10
+# % of where it started, while the scaled model's is already falling steeply. Then the
 # unscaled model escapes, and by step 400 both retrieve the right value almost always.
 #
-# One seed could be luck. We repeat both runs with two more seeds (new initial weights, new
-# data) and compare how many steps each needs to bring its loss below 1.
+# One seed could be luck, so we repeat both runs with two more seeds (new weights, new data)
+# and compare the steps each needs to bring its loss below 1.
 
 # %%
 seed_runs = {0: (scaled_run, unscaled_run)}
@@ -1276,46 +1257,45 @@ record_claim(
 
 # %% [markdown]
 # The softmax gradient reaching the scores does vanish for the typical example (its median
-# is more than a thousand times smaller without the scale), and almost all of what remains
-# comes from the tenth of the batch where two keys happen to score nearly alike. But the
-# gradient on $W_Q$ is *larger* without the scale: the missing factor
-# $1/\sqrt{d_k} \approx 1/23$ sits on the path from $W_Q$ to the scores, and leaving it out
-# more than compensates. So the unscaled model does get a gradient; it is computed from a
-# handful of near-tied examples, i.e. noisy and uninformative about the rest. A plausible
-# reading, which we have not tested here, is that Adam — which normalises every step to
-# roughly the learning rate — keeps taking full-size steps along this weak signal until the
-# softmax comes out of saturation, and that an optimiser without that normalisation would be
-# stuck for longer.
+# is more than a thousand times smaller without the scale), and almost all that remains
+# comes from the tenth of the batch where two keys score nearly alike. But the gradient on
+# $W_Q$ is *larger* without the scale: the missing factor $1/\sqrt{d_k} \approx 1/23$ sits
+# on the path from $W_Q$ to the scores, and leaving it out more than compensates. So the
+# unscaled model does get a gradient, computed from a handful of near-tied examples: noisy,
+# and uninformative about the rest. A plausible reading, untested here, is that Adam, which
+# normalises every step to roughly the learning rate, keeps taking full-size steps along
+# this weak signal until the softmax leaves saturation, and that an optimiser without that
+# normalisation would be stuck longer.
 #
-# A sceptic would not stop at three seeds, 400 steps and an initialisation we chose. The
-# experiment was re-run with one change at a time — three other seeds, a 3× longer budget,
-# torch's default `nn.Linear` initialisation of $W_Q$ and $W_K$ instead of std
-# $1/\sqrt{64}$ (it draws them uniformly with std $1/\sqrt{3 \cdot 64}$, so the raw scores
-# start $\sqrt 3$ times narrower), and narrower heads — and judged each time by the same
-# thresholds (`c7_verdict`: a plateau past step 100 for part of the claim, one of "a few
-# hundred" steps for all of it). The sweep is declared in `book.claims.ch02`, run by
-# `make sceptic CH=02 CLAIM=C7` and stored in `chapters/sceptic/02_scaled_dot_product.json`;
-# this cell prints the stored results (ranges over the three seeds of each setting):
+# A sceptic would not stop at three seeds, 400 steps and our initialisation. The experiment
+# was re-run with one change at a time — three other seeds, a 3× longer budget, torch's
+# default `nn.Linear` initialisation of $W_Q$ and $W_K$ instead of std $1/\sqrt{64}$
+# (uniform with std $1/\sqrt{3 \cdot 64}$, so the raw scores start $\sqrt 3$ times
+# narrower), and narrower heads — each judged by the same thresholds (`c7_verdict`: a
+# plateau past step 100 for part of the claim, one of "a few hundred" steps for all of it).
+# The sweep is declared in `book.claims.ch02`, run by `make sceptic CH=02 CLAIM=C7` and
+# stored in `chapters/sceptic/02_scaled_dot_product.json`; the stored results (ranges over
+# each setting's three seeds):
 
 # %% tags=["nbval-check-output"]
 print(sweep_summary("C7"))
 
 # %% [markdown]
-# **Verdict on C7: partly reproduced, with the chapter's initialisation at $d_k = 512$.** The
-# qualitative claim holds on every seed we tried, six of them, and with a 3× longer budget:
-# without the scale the loss sits on a plateau near its initial value for over a hundred
-# steps, while the scaled model's loss starts falling after a few dozen. But the plateau lasts
-# about a hundred steps rather than "a few hundred", and it is a delay, not a failure: the
-# unscaled model needs clearly more steps to reach a loss of 1 (the ratio is in the seed table
-# and the claims table) and then learns the task as well. Two conditions matter, and without
-# either the claim is not reproduced. The plateau needs $q$ and $k$ to start with
-# unit-variance components, as C5 assumes: with torch's default initialisation of $W_Q$ and
-# $W_K$ the scores start narrower and the plateau is gone on most seeds, although the unscaled
-# model is still the slower one. And the thresholds separate the two models only at this
-# width: at $d_k = 64$ and $128$ the unscaled model still lags, but the scaled one falls more
-# slowly too, and on no seed are the two apart at step 100 as the thresholds require. We did
-# not tune anything to make the gap larger or smaller; a deeper model, plain SGD instead of
-# Adam, or a harder task could lengthen or shorten the plateau.
+# **Verdict on C7: partly reproduced, with the chapter's initialisation at $d_k = 512$.**
+# The qualitative claim holds on every seed we tried, six of them, and with a 3× longer
+# budget: without the scale the loss sits on a plateau near its initial value for over a
+# hundred steps, while the scaled model's starts falling after a few dozen. But the plateau
+# lasts about a hundred steps, not "a few hundred", and it is a delay, not a failure: the
+# unscaled model needs clearly more steps to reach a loss of 1 (the ratio is in the seed and
+# claims tables) and then learns the task as well. Two conditions matter; without either the
+# claim is not reproduced. The plateau needs $q$ and $k$ to start with unit-variance
+# components, as C5 assumes: with torch's default initialisation of $W_Q$ and $W_K$ the
+# scores start narrower and the plateau is gone on most seeds, though the unscaled model is
+# still slower. And the thresholds separate the two models only at this width: at $d_k = 64$
+# and $128$ the unscaled model still lags, but the scaled one falls more slowly too, and on
+# no seed are the two apart at step 100 as required. Nothing was tuned to change the gap; a
+# deeper model, plain SGD instead of Adam, or a harder task could lengthen or shorten the
+# plateau.
 
 # %% [markdown]
 # ## Claims checked

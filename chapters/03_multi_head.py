@@ -155,8 +155,8 @@ assert not torch.equal(fetch(order_a, two_heads), fetch(order_b, two_heads))
 # Our running example is chapter 2's sentence with random embeddings, every axis a different
 # length so that shape printouts are unambiguous: $B = 1$, $L = 10$ tokens, $d_\text{model} =
 # 12$, $h = 4$ heads, $d_k = 3$. We create the package's layer (without biases) and redo its
-# computation by hand with its weight matrices. `nn.Linear` stores a weight as (out, in), so $W
-# = $ `weight.T` in the book's $xW$ convention. The diagram shows the stages for these sizes.
+# computation by hand with its weight matrices. `nn.Linear` stores a weight as (out, in), so
+# $W = $ `weight.T` in the book's $xW$ convention. The diagram shows the stages for these sizes.
 
 # %%
 tokens = ["the", "cat", "sat", "on", "the", "mat", "because", "it", "was", "tired"]
@@ -433,8 +433,8 @@ print(f"softmax overhead: {overhead_12:.2%} at d_model 768, h 12; {overhead_narr
       f"d_model 64, h 16 ({c8_verdict(*flops_narrow)} there)")  # fmt: skip
 
 # %% [markdown]
-# **The stopwatch.** FLOPs are not time. We time the package's layer ($d_\text{model} = 512$, $L
-# = 256$) for $h$ from 1 to 32, with the reference attention, which materialises the $h$ score
+# **The stopwatch.** FLOPs are not time. We time the package's layer ($d_\text{model} = 512$,
+# $L = 256$) for $h$ from 1 to 32, with the reference attention, which materialises the $h$ score
 # matrices, and with PyTorch's fused `F.scaled_dot_product_attention` plugged in through
 # `attn_fn`. Timings depend on the machine, so they are shown, not asserted (one
 # thread, fastest of five runs).

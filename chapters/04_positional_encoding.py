@@ -1319,11 +1319,11 @@ print(sweep_summary("C15", keys=["RoPE mean accuracy at 32/48/64/128 tokens", "s
 # sinusoidal one), and a mere shift of positions does not affect it. How much it keeps depends
 # on the seed (0.34 and 0.84 at 64 tokens). At four times the training length the small model
 # fails, with attention drifting to distances never trained, as the ALiBi paper
-# (Press et al., 2022) and later studies report for RoPE models trained without a length-extension trick. That
-# half softens with size: with $d_\text{model} = 64$, in one layer or two, RoPE keeps about two
-# thirds of its accuracy at 128 tokens and almost all of it at 48 and 64 (the sweep above); a
-# longer budget changed nothing. It still falls by more than `DROP` there, so it does not
-# extrapolate outright at any size we tried.
+# (Press et al., 2022) and later studies report for RoPE models trained without a
+# length-extension trick. That half softens with size: with $d_\text{model} = 64$, in one
+# layer or two, RoPE keeps about two thirds of its accuracy at 128 tokens and almost all of
+# it at 48 and 64 (the sweep above); a longer budget changed nothing. It still falls by more
+# than `DROP` there, so it does not extrapolate outright at any size we tried.
 
 # %% [markdown]
 # ## 4.7 ALiBi, and choosing an encoding

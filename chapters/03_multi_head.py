@@ -14,27 +14,24 @@
 # %% [markdown]
 # # Chapter 3 — Multi-head attention
 #
-# Chapter 2 ended with one attention head: every token produces one query, scores it against
-# every key, and receives one weighted average of the values. This chapter asks what a single
-# average cannot do, and answers with the design every Transformer uses: cut the model's width
-# into $h$ narrower heads, let each run its own attention, and glue the results back together
-# with one more matrix. We build it step by step on a ten-token sentence, check every
-# intermediate shape, and confirm that our hand-made version, the package's
-# `MultiHeadAttention` and PyTorch's `nn.MultiheadAttention` compute the same numbers. Then we
-# test three claims: that $h$ heads cost no more than one wide head (a FLOP count and a
-# stopwatch), that heads trained on a task with two relations divide the work between them
-# (BERT-base's arithmetic first, then a small model we train), and that the number of heads is
-# a trade-off with an optimum (an ablation over $h$). The chapter ends with a modern economy
-# measure — multi-query and grouped-query attention, which let heads share their keys and
-# values — and the memory it saves.
+# Chapter 2 ended with one attention head: each token receives one weighted average of the
+# values. This chapter asks what a single average cannot do, and answers with the design every
+# Transformer uses: cut the model's width into $h$ narrower heads, let each attend on its own,
+# and glue the results back together with one more matrix. We build it step by step, checking
+# every shape, and confirm that our version, the package's `MultiHeadAttention` and PyTorch's
+# `nn.MultiheadAttention` compute the same numbers. Then we test three claims: that $h$ heads
+# cost no more than one wide head, that heads trained on a task with two relations divide the
+# work between them, and that the head count is a trade-off with an optimum. The chapter ends
+# with multi-query and grouped-query attention, which let heads share keys and values, and the
+# memory they save.
 
 # %% [markdown]
 # **Learning goals.** After this chapter you can
 #
 # - explain why one softmax row can fetch one thing cleanly but not two;
-# - implement multi-head attention with `view`/`transpose`, stating the shape of every tensor,
-#   and say why the order of `view` and `transpose` matters;
-# - count the FLOPs and parameters of an attention layer and show they do not depend on $h$;
+# - implement multi-head attention with `view`/`transpose`, stating every tensor's shape, and
+#   say why their order matters;
+# - show that an attention layer's FLOPs and parameters do not depend on $h$;
 # - read a grid of attention heat maps and measure which relation each head serves;
 # - reason about the head count as a trade-off between the number of heads and their width;
 # - compute the size of a key/value cache and what MQA and GQA save.
@@ -88,19 +85,16 @@ def n_params(module: nn.Module) -> int:
 # %% [markdown]
 # ## 3.1 One head, one pattern
 #
-# A head's output for token $i$ is $\sum_j A_{ij} v_j$: *one* probability distribution over
-# the positions, *one* average of what is there. That is enough when a token needs one piece
-# of information. Language rarely asks for only one: in *"the cat sat on the mat because it
-# was tired"*, the token *it* wants its antecedent (*cat*, a relation of meaning), while for
-# syntax it may want the verb that governs it and, for local context, its neighbour. Each of
-# these relations would be served by a different attention pattern.
+# A head's output for token $i$ is $\sum_j A_{ij} v_j$: *one* distribution over the positions,
+# *one* average of what is there. Language asks for more: in *"the cat sat on the mat
+# because it was tired"*, *it* wants its antecedent (*cat*), and may also want the verb that
+# governs it and its neighbour — each a different attention pattern.
 #
-# Can one head serve two? It can spread its weight, half on each of two positions — but then
-# it returns their *average*, and an average forgets which value came from where. Here is the
-# smallest case: a query must report the value of position 1 (its "previous token") and of
-# position 2 (its "partner"). One head attending half-and-half to both returns the same vector
-# whether the two values are (3, 5) or (5, 3). Two heads, one per position, keep the two
-# results in separate slots of the concatenated output.
+# A head can spread its weight, half on each of two positions, but then it returns their
+# *average*, which forgets which value came from where. The smallest case: a query must report
+# the value of position 1 (its "previous token") and of position 2 (its "partner"). One head
+# attending half-and-half returns the same vector whether the two values are (3, 5) or (5, 3);
+# two heads, one per position, keep the results in separate slots of the concatenated output.
 
 # %%
 digits = torch.eye(8)  # one-hot value vectors for the digits 0..7
@@ -140,33 +134,29 @@ assert torch.equal(fetch(order_a, one_head), fetch(order_b, one_head))  # the or
 assert not torch.equal(fetch(order_a, two_heads), fetch(order_b, two_heads))
 
 # %% [markdown]
-# The printout lists the non-zero features of each output (feature: value). With one head,
-# both orders give features 3 and 5 at one half each: nothing says which digit was the
-# previous token. With two heads, head 0 fills the first eight features and head 1 the next
-# eight, so "previous = 3" (feature 3) and "previous = 5" (feature 5) stay distinct. A
-# single head could still learn *one* of the two relations perfectly; it is the combination it
-# cannot deliver. Section 3.4 trains models on exactly this situation.
+# The printout lists each output's non-zero features (feature: value). With one head, both
+# orders give features 3 and 5 at one half each: nothing says which digit was the previous
+# token. With two heads, head 0 fills the first eight features and head 1 the next eight, so
+# "previous = 3" and "previous = 5" stay distinct. One head can learn *one* relation; it is the
+# combination it cannot deliver. Section 3.4 trains models on exactly this.
 
 # %% [markdown]
 # ## 3.2 Building multi-head attention, one step at a time
 #
 # The recipe (Vaswani et al., 2017): project the tokens to queries, keys and values of the full
 # width $d_\text{model}$, cut each vector into $h$ slices of $d_k = d_\text{model}/h$, run
-# scaled dot-product attention independently on each slice, concatenate the $h$ results, and
-# mix them with an output matrix $W_O$:
+# scaled dot-product attention independently on each slice, concatenate the $h$ results, and mix
+# them with an output matrix $W_O$:
 #
 # $$\begin{gathered}
 # \mathrm{MultiHead}(X) = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)\,W_O,\\
 # \mathrm{head}_i = \mathrm{Attention}(X W_Q^{(i)}, X W_K^{(i)}, X W_V^{(i)}).
 # \end{gathered}$$
-#
-# Our running example is chapter 2's sentence, with random embeddings. The sizes are chosen so
-# that every axis has a different length, which makes the shape printouts unambiguous: batch
-# $B = 1$, $L = 10$ tokens, $d_\text{model} = 12$, $h = 4$ heads, $d_k = 3$. Instead of
-# inventing weights, we create the package's layer (without biases, for readable formulas) and
-# redo its computation by hand with its weight matrices. `nn.Linear` stores a weight as
-# (out, in), so $W = $ `weight.T` in the book's $xW$ convention. The diagram shows the
-# four stages for these sizes; the cells after it walk through them.
+# Our running example is chapter 2's sentence with random embeddings, every axis a different
+# length so that shape printouts are unambiguous: $B = 1$, $L = 10$ tokens, $d_\text{model} =
+# 12$, $h = 4$ heads, $d_k = 3$. We create the package's layer (without biases) and redo its
+# computation by hand with its weight matrices. `nn.Linear` stores a weight as (out, in), so
+# $W = $ `weight.T` in the book's $xW$ convention. The diagram shows the stages for these sizes.
 
 # %%
 tokens = ["the", "cat", "sat", "on", "the", "mat", "because", "it", "was", "tired"]
@@ -186,9 +176,8 @@ W_Q, W_K, W_V, W_O = (
 )
 
 # %% [markdown]
-# **Step 1 — project at full width.** One matrix product per role, exactly as for a single
-# head of width $d_\text{model}$. All heads' projections are computed at once: the columns of
-# $W_Q$ are the four heads' $W_Q^{(i)}$ side by side.
+# **Step 1 — project at full width.** One matrix product per role, as for a single head of width
+# $d_\text{model}$: the columns of $W_Q$ are the four heads' $W_Q^{(i)}$ side by side.
 
 # %%
 Q = x @ W_Q  # (B, L, D)
@@ -196,10 +185,9 @@ K = x @ W_K  # (B, L, D)
 V = x @ W_V  # (B, L, D)
 
 # %% [markdown]
-# **Step 2 — split into heads.** Each token's 12 features are cut into 4 contiguous slices of
-# 3, one per head: `view` to $(B, L, h, d_k)$, then `transpose` the sequence and head axes so
-# that each head becomes a separate "batch" of sequences, $(B, h, L, d_k)$. This is the layout
-# the attention function expects, `[batch, heads, seq, dim]`.
+# **Step 2 — split into heads.** Each token's 12 features are cut into 4 contiguous slices of 3:
+# `view` to $(B, L, h, d_k)$, then `transpose` the sequence and head axes so that each head
+# becomes a separate "batch" of sequences, $(B, h, L, d_k)$, the layout attention expects.
 
 # %%
 q = Q.view(B, L, H, D_HEAD).transpose(1, 2)  # (B, H, L, d_k)
@@ -211,12 +199,11 @@ assert torch.equal(q[0, 2, 7], Q[0, 7, 6:9])  # head 2 of "it" = features 6..8 o
 assert torch.equal(q, split_heads(Q, num_heads=H))  # the package's helper does the same
 
 # %% [markdown]
-# The order of the two operations is not a detail. Reshaping $(B, L, D)$ straight to
-# $(B, h, L, d_k)$ also gives the right shape and raises no error, but it cuts the *flat*
-# memory of the $(L, D)$ matrix into $h$ consecutive blocks of $L d_k$ numbers: the first
-# "head" then holds all features of the first tokens (here tokens 0, 1 and half of 2), not a
-# slice of every token. Token 0 of head 1 is, in fact, a piece of token 2 (of the $L \cdot D$
-# numbers, head 1's block starts at number $L d_k$ = 30: token 2, feature 6):
+# The order matters. Reshaping $(B, L, D)$ straight to $(B, h, L, d_k)$ raises no error, but it
+# cuts the *flat* memory into $h$ consecutive blocks of $L d_k$ numbers: the first "head" holds
+# all features of the first tokens (tokens 0, 1 and half of 2), not a slice of every token.
+# Token 0 of head 1 is a piece of token 2 (head 1's block starts at number $L d_k$ = 30: token
+# 2, feature 6):
 
 # %%
 wrong_q = Q.reshape(B, H, L, D_HEAD)  # (B, H, L, d_k): right shape, wrong content
@@ -224,13 +211,11 @@ assert torch.equal(wrong_q[0, 1, 0], Q[0, 2, 6:9])  # "head 1, token 0" is token
 assert not torch.equal(wrong_q, q)
 
 # %% [markdown]
-# Chapter 8 trains a model with this bug and watches it run without complaint and learn
-# badly. Here we move on with the right split.
+# Chapter 8 trains a model with this bug and watches it learn badly without complaint.
 #
-# **Step 3 — attend, every head on its own.** Each head is an ordinary single-head attention
-# of width $d_k = 3$, with its own scores $QK^\top/\sqrt{d_k}$ and its own softmax. We can run
-# the heads one by one, or all at once: the attention function treats the head axis like a
-# batch axis, so both give the same numbers.
+# **Step 3 — attend, every head on its own.** Each head is an ordinary single-head attention of
+# width $d_k = 3$, with its own scores $QK^\top/\sqrt{d_k}$ and softmax. One by one or all at
+# once (the head axis acts as a batch axis), they give the same numbers.
 
 # %%
 per_head = [
@@ -243,12 +228,12 @@ assert torch.allclose(torch.cat(per_head, dim=1), heads_out)
 assert torch.allclose(weights.sum(-1), torch.ones(B, H, L))  # each head: its own distribution
 
 # %% [markdown]
-# Note the scale: $1/\sqrt{d_k}$ with the *head's* width, 3, not $d_\text{model}$ — the
-# variance argument of chapter 2 is about the length of the vectors being multiplied.
+# The scale is $1/\sqrt{d_k}$ with the *head's* width, 3, not $d_\text{model}$: chapter 2's
+# variance argument is about the length of the vectors being multiplied.
 #
-# **Step 4 — concatenate.** Undo the split: transpose back to $(B, L, h, d_k)$ and flatten
-# the last two axes, so that token $i$'s row holds head 0's output, then head 1's, and so on.
-# (After the transpose the tensor is not contiguous in memory, hence `reshape`, not `view`.)
+# **Step 4 — concatenate.** Transpose back to $(B, L, h, d_k)$ and flatten the last two axes, so
+# that token $i$'s row holds head 0's output, then head 1's, and so on (`reshape`, not `view`:
+# after the transpose the tensor is not contiguous).
 
 # %%
 concat = heads_out.transpose(1, 2).reshape(B, L, D)  # (B, L, D)
@@ -256,10 +241,9 @@ assert torch.equal(concat, merge_heads(heads_out))
 assert torch.equal(concat[0, 7, 3:6], heads_out[0, 1, 7])  # "it": slots 3..5 = head 1
 
 # %% [markdown]
-# **Step 5 — mix with $W_O$.** The concatenation only places the heads side by side; $W_O$
-# is where they are combined. Splitting $W_O$ by rows makes this explicit: the output is a
-# *sum* over heads of each head's result times its own block of $W_O$ — every output feature
-# can draw on every head.
+# **Step 5 — mix with $W_O$.** Concatenation only places the heads side by side; $W_O$ combines
+# them. Split by rows, it makes the output a *sum* over heads of each head's result times its
+# own block of $W_O$: every output feature can draw on every head.
 
 # %%
 out = concat @ W_O  # (B, L, D)
@@ -277,11 +261,10 @@ for name, t in steps:
     print(f"{name:>17}: {tuple(t.shape)}")
 
 # %% [markdown]
-# Our five steps must reproduce the package's layer, and the package's layer must reproduce
-# PyTorch's. `MultiHeadAttention.to_torch()` copies the weights into an
-# `nn.MultiheadAttention` (which packs $W_Q, W_K, W_V$ into one `in_proj_weight`), and
-# `from_torch` goes the other way; we check both directions, and the attention weights too
-# (torch returns them averaged over heads by default).
+# Our five steps must reproduce the package's layer, and it must reproduce PyTorch's.
+# `MultiHeadAttention.to_torch()` copies the weights into an `nn.MultiheadAttention` (which
+# packs $W_Q, W_K, W_V$ into one `in_proj_weight`) and `from_torch` goes back; we check both
+# directions, and the attention weights (torch averages them over heads by default).
 
 # %%
 with torch.no_grad():
@@ -300,15 +283,14 @@ torch.testing.assert_close(out_fresh_ours, out_fresh_torch)
 print("by hand = attention.heads.MultiHeadAttention = torch.nn.MultiheadAttention: ✓")
 
 # %% [markdown]
-# Nothing in the recipe needs the heads to be in a loop: steps 1, 3 and 5 are each one
-# batched matrix product, and steps 2 and 4 only reinterpret memory. The heads run in
-# parallel for free — which leads to the question of what they cost.
+# No step needs a loop over heads: steps 1, 3 and 5 are each one batched matrix product, and
+# steps 2 and 4 only reinterpret memory. What, then, do the heads cost?
 
 # %% [markdown]
 # ## 3.3 C8: are $h$ heads as cheap as one?
 #
-# **The claim.** Splitting into heads adds no computation: $h$ heads of width
-# $d_\text{model}/h$ cost about as much as one head of width $d_\text{model}$.
+# **The claim.** Splitting into heads adds no computation: $h$ heads of width $d_\text{model}/h$
+# cost about as much as one head of width $d_\text{model}$.
 #
 # **The count.** Count a multiply–add as 2 FLOPs and take self-attention over $L$ tokens:
 #
@@ -320,15 +302,14 @@ print("by hand = attention.heads.MultiHeadAttention = torch.nn.MultiheadAttentio
 # | output $W_O$ | $2LD^2$ | $2LD^2$ |
 # | scale + softmax | $\approx 6L^2$ | $\approx 6hL^2$ |
 #
-# Every matrix product costs *exactly* the same; only the elementwise softmax work grows,
-# because there are $h$ score matrices of size $L \times L$ instead of one. Relative to the
-# rest it is small: the extra $6(h-1)L^2$ FLOPs compare with $4L^2D$ for the two attention
-# products alone, a ratio of $1.5(h-1)/D$ — about 2 % for BERT-base, less once the
-# projections are counted too. The same ratio says where the claim stops: in a narrow model
-# with many heads ($D = 64$, $h = 16$) it is about a third, and the layer's total grows by
-# more than a quarter. The function `mha_flops` writes the table down (with grouped
-# key/value heads, section 3.6, as an option); we check its matrix products against PyTorch's
-# own FLOP counter on a real forward pass, then compare 1 and 12 heads at BERT-base's shape.
+# Every matrix product costs *exactly* the same; only the elementwise softmax work grows, with
+# $h$ score matrices instead of one. The extra $6(h-1)L^2$ FLOPs compare with $4L^2D$ for the
+# two attention products alone, a ratio of $1.5(h-1)/D$ — about 2 % for BERT-base, less once the
+# projections count too. The claim stops where the ratio grows: with $D = 64$, $h = 16$ it is
+# about a third, and the layer's total grows by more than a quarter. `mha_flops` writes the
+# table down (with grouped key/value heads, section 3.6, as an option); we check its matrix
+# products against PyTorch's FLOP counter on a real forward pass, then compare 1 and 12 heads at
+# BERT-base's shape.
 
 # %%
 #| export
@@ -452,12 +433,11 @@ print(f"softmax overhead: {overhead_12:.2%} at d_model 768, h 12; {overhead_narr
       f"d_model 64, h 16 ({c8_verdict(*flops_narrow)} there)")  # fmt: skip
 
 # %% [markdown]
-# **The stopwatch.** FLOPs are not time. We time a forward pass of the package's layer
-# ($d_\text{model} = 512$, $L = 256$) for $h$ from 1 to 32, once with the package's reference
-# attention — which materialises the $h$ score matrices — and once with PyTorch's fused
-# `F.scaled_dot_product_attention` plugged in through `attn_fn`. Timings depend on the machine
-# and on whoever else is using it, so they are shown, not asserted (we use one thread and
-# keep the fastest of five runs, which makes them steadier).
+# **The stopwatch.** FLOPs are not time. We time the package's layer ($d_\text{model} = 512$,
+# $L = 256$) for $h$ from 1 to 32, with the reference attention, which materialises the $h$ score
+# matrices, and with PyTorch's fused `F.scaled_dot_product_attention` plugged in through
+# `attn_fn`. Timings depend on the machine, so they are shown, not asserted (one
+# thread, fastest of five runs).
 
 
 # %%
@@ -515,43 +495,38 @@ record_claim(
 )
 
 # %% [markdown]
-# The count has three knobs: the width, the head count and the sequence length. The sceptic's
-# sweep (`python -m book.sceptic --claim C8`) re-judges C8 with the same verdict function at
-# other shapes; the cell prints the stored results.
+# The count has three knobs: width, head count and sequence length. The sceptic's sweep (`python
+# -m book.sceptic --claim C8`) re-judges C8 with the same verdict function at other shapes; the
+# cell prints the stored results.
 
 # %% tags=["nbval-check-output"]
 print(sweep_summary("C8"))
 
 # %% [markdown]
-# **Verdict on C8: reproduced at BERT-base's shape and at the original Transformer's; partly
-# for narrow models with many heads and for long sequences.** Every matrix product costs
-# exactly the same whatever $h$ is, at every shape: that part never moves. What the heads add
-# is softmax work, $6(h-1)L^2$ FLOPs against the projections' $8LD^2$ and the score
-# products' $4L^2D$; its share rises with $L$ towards $1.5(h-1)/D$. At BERT-base's width and
-# 512 tokens that is a fraction of a percent; with a narrow model and many heads, or with
-# thousands of tokens, it passes the 1 % that "about the same" allows (the sweep above). So
-# "about the same compute" holds where heads are wide compared with the head count and
-# sequences are short enough for the projections to dominate.
-# Time is another matter, and a property of the kernel rather than of the FLOP count. With
-# many heads, the reference implementation runs $h$ thin matrix products of width $d_k$ and
-# writes $h$ score matrices to memory (at $h = 32$, $L = 256$: 8 MiB of floats instead of
-# 256 KiB for one head), and both cost more time per FLOP than one wide product; a fused
-# kernel avoids the round trip to memory. So wall time may grow with $h$ even though the
-# FLOPs do not — by how much depends on the kernel and the machine (the printout above has
-# this run's numbers, as ratios to $h = 1$). On a GPU the same tension appears as "many small
-# matrix products keep the hardware less busy than one big one".
+# **Verdict on C8: reproduced at BERT-base's shape and at the original Transformer's; partly for
+# narrow models with many heads and for long sequences.** Every matrix product costs exactly the
+# same whatever $h$ is, at every shape. The heads add softmax work, $6(h-1)L^2$ FLOPs against
+# the projections' $8LD^2$ and the score products' $4L^2D$, a share that rises with $L$ towards
+# $1.5(h-1)/D$: a fraction of a percent at BERT-base's width and 512 tokens, past the 1 % that
+# "about the same" allows with a narrow model and many heads, or with thousands of tokens (the
+# sweep above). Time depends on the kernel, not the FLOP count: with many heads the reference
+# implementation runs $h$ thin matrix products and writes $h$ score matrices to memory (at $h =
+# 32$, $L = 256$: 8 MiB of floats instead of 256 KiB for one head), both costlier per FLOP than
+# one wide product, while a fused kernel avoids the round trip. So wall time may grow with $h$
+# though the FLOPs do not, by an amount that depends on kernel and machine (the printout above
+# gives this run's ratios to $h = 1$).
 
 # %% [markdown]
 # ## 3.4 C9: what do the heads learn?
 #
 # ### BERT-base, counted
 #
-# **The claim**, first part: BERT-base has $d_\text{model} = 768$ and 12 heads of
-# $d_k = 64$. Its attention layer has four $768 \times 768$ matrices and four bias vectors.
-# Per head, that is a $768 \times 64$ slice of each of $W_Q, W_K, W_V$ and a $64 \times 768$
-# block of $W_O$: $4 \cdot 768 \cdot 64 = 196{,}608$ weights; twelve heads give exactly the
-# $4 \cdot 768^2$ weights of one full-width head. The head count changes how the parameters
-# are *used*, not how many there are. The hand count, as a function:
+# **The claim**, first part: BERT-base has $d_\text{model} = 768$ and 12 heads of $d_k = 64$.
+# Its attention layer has four $768 \times 768$ matrices and four bias vectors. Per head, that
+# is a $768 \times 64$ slice of each of $W_Q, W_K, W_V$ and a $64 \times 768$ block of $W_O$: $4
+# \cdot 768 \cdot 64 = 196{,}608$ weights; twelve heads give exactly the $4 \cdot 768^2$ weights
+# of one full-width head. The head count changes how the parameters are *used*, not how many
+# there are. The hand count, as a function:
 
 
 # %%
@@ -565,7 +540,7 @@ def attention_parameter_count(d_model: int) -> int:
 
 
 # %% [markdown]
-# We build the layers (on PyTorch's `meta` device: shapes without memory) and count.
+# We build the layers on PyTorch's `meta` device (shapes without memory) and count.
 
 # %%
 with torch.device("meta"):
@@ -610,18 +585,16 @@ record_claim(
 # %% [markdown]
 # ### Heads that divide the work
 #
-# **The claim**, second part: different heads learn different patterns — in BERT, some heads
-# attend to the next or previous token, some follow syntactic relations, some link a pronoun
-# to its antecedent (Clark et al., 2019, found all three). Training BERT is out of reach on
-# two CPU cores, so we test the mechanism behind the claim on a task built so that its
-# solution *needs* two different relations at every position.
+# **The claim**, second part: different heads learn different patterns — in BERT, some attend to
+# the next or previous token, some follow syntactic relations, some link a pronoun to its
+# antecedent (Clark et al., 2019). Training BERT is out of reach on two CPU cores, so we test
+# the mechanism on a task whose solution *needs* two relations at every position.
 #
-# **The task.** A sequence holds 6 letters, each once in lower case and once in upper case, in
-# random order; every token also carries a random digit (0–7). The *partner* of `c5` is the
-# token with the same letter in the other case. At every position the model must output two
-# digits: the digit of the **previous token** (a positional relation, like BERT's
-# neighbour heads) and the digit of its **partner** (a relation found by content, wherever it
-# is, like coreference). Guessing gives 1/8 per digit.
+# **The task.** A sequence holds 6 letters, each once in lower and once in upper case, in random
+# order; every token also carries a random digit (0–7). The *partner* of `c5` is the token with
+# the same letter in the other case. At every position the model outputs the digit of the
+# **previous token** (a positional relation, like BERT's neighbour heads) and that of its
+# **partner** (found by content, like coreference). Guessing gives 1/8 per digit.
 
 # %% tags=["nbval-check-output"]
 example = pairs_batch(1, 6, 8, generator=torch.Generator().manual_seed(11))
@@ -635,10 +608,10 @@ print("partner digit:  ", " ".join(f"{int(t):>3}" for t in example.targets[0, :,
 print("partner at:     ", " ".join(f"{int(p):>3}" for p in example.partner[0]))
 
 # %% [markdown]
-# **The model.** One pre-LN Transformer layer from the package (`EncoderLayer`: multi-head
-# attention, a small feed-forward network, residual connections), $d_\text{model} = 32$,
-# rotary position embeddings (chapter 4) so that "the previous position" is easy to express,
-# and a linear read-out of the two digits. No causal mask: a partner may come later.
+# **The model.** One pre-LN `EncoderLayer` from the package (multi-head attention, a small
+# feed-forward network, residual connections), $d_\text{model} = 32$, rotary position embeddings
+# (chapter 4) so that "the previous position" is easy to express, and a linear read-out of the
+# two digits. No causal mask: a partner may come later.
 
 # %%
 #| export
@@ -698,10 +671,10 @@ class PairModel(nn.Module):
 
 
 # %% [markdown]
-# **What a head attends to.** For every query we read the weight it puts on its previous
-# position and on its partner, and average over the queries. Queries whose previous token
-# *is* their partner (and position 0, which has no previous token) are left out, so that one
-# head cannot score on both relations at once.
+# **What a head attends to.** For every query we read the weight on its previous position and on
+# its partner, averaged over the queries. Queries whose previous token *is* their partner (and
+# position 0, which has none) are left out, so that one head cannot score on both relations at
+# once.
 
 
 # %%
@@ -732,15 +705,13 @@ def head_relation_mass(weights: torch.Tensor, partner: torch.Tensor) -> torch.Te
 
 
 # %% [markdown]
-# **The training step.** Chapter 1 wrote out the book's training loop, `fit`; here it gets
-# this task's loss: the cross-entropy of both digits at every position (`pairs_loss`; the
-# first position has no previous digit and is skipped). The parameters come from
-# `torch.manual_seed(seed)`, the training batches from a generator seeded with `seed + 1` and
-# the held-out batch from `seed + 2`, so runs that differ only in the head count see the same
-# examples in the same order. After training, `train_pairs` scores both relations and measures
-# the head masses on 512 held-out sequences. We train the model with 2 heads, and, for
-# contrast, with 1 and 4 heads; everything else — initial seed, the 300 batches of 64
-# sequences, Adam with learning rate $10^{-2}$ — is the same.
+# **The training step.** Chapter 1 wrote out the book's loop, `fit`; here it gets this task's
+# loss, both digits' cross-entropy (`pairs_loss`). Parameters come from
+# `torch.manual_seed(seed)`, training batches from a generator seeded with `seed + 1`, the
+# held-out batch from `seed + 2`, so runs that differ only in the head count see the same
+# examples in the same order. `train_pairs` then scores both relations and measures the head
+# masses on 512 held-out sequences. We train with 2 heads and, for contrast, 1 and 4, all else
+# equal: 300 batches of 64 sequences, Adam with learning rate $10^{-2}$.
 
 
 # %%
@@ -844,13 +815,12 @@ for h in (1, 2, 4):
     print(f"{h} head(s) {run.accuracy[0]:>14.3f} {run.accuracy[1]:>13.3f}   {masses}")
 
 # %% [markdown]
-# The loss curves tell the story: the one-head model gets stuck near
-# $\tfrac12 \ln 8 \approx 1.04$ nats, the loss of a model that solves one relation and guesses
-# the other (a little above it when the solved relation is the previous token, which position
-# 0 lacks); the two- and four-head models go to zero (in this run, the two-head one after a
-# pause at that same level: it learned one relation first, then the other). The head grid
-# shows *how*: for one held-out sequence, each panel is one head's weights (rows: queries,
-# columns: keys), with the true previous position marked × and the partner ○.
+# The one-head model gets stuck near $\tfrac12 \ln 8 \approx 1.04$ nats, the loss of solving one
+# relation and guessing the other (a little above it when the solved one is the previous token,
+# which position 0 lacks); the two- and four-head models go to zero (here the two-head one first
+# pauses at that level: it learned one relation, then the other). The head grid shows *how*: for
+# one held-out sequence, each panel is one head's weights (rows: queries, columns: keys), with
+# the true previous position marked × and the partner ○.
 
 # %%
 model_2 = runs[2, 0].model
@@ -874,13 +844,12 @@ for ax in fig.axes[:2]:
     ax.scatter(example.partner[0], rows, marker="o", facecolors="none", edgecolors="red", s=40)
 
 # %% [markdown]
-# One seed could be luck, so the same three models are trained with seeds 1 and 2 as well
-# (section 3.5 reuses them). The checks, set from the claim before the runs
-# (`c9b_specialisation_failures`): with two heads both relations are solved (accuracy
-# > 0.97) by one head each (> 0.8 of its weight on its relation, < 0.05 on the other); one
-# head solves one relation (> 0.95) and misses the other (< 0.4); four heads solve both, one
-# of them on the previous token (> 0.8), one leading the partner search (> 0.6). They must
-# hold on every seed.
+# One seed could be luck, so the three models are also trained with seeds 1 and 2 (section 3.5
+# reuses them). The checks, set from the claim before the runs (`c9b_specialisation_failures`),
+# must hold on every seed: with two heads both relations are solved (accuracy > 0.97) by one
+# head each (> 0.8 of its weight on its relation, < 0.05 on the other); one head solves one
+# relation (> 0.95) and misses the other (< 0.4); four heads solve both, one of them on the
+# previous token (> 0.8), one leading the partner search (> 0.6).
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 print("thresholds:", ", ".join(f"{name} {v}" for name, v in C9B_THRESHOLDS.items()))
@@ -916,11 +885,9 @@ record_claim(
 )
 
 # %% [markdown]
-# A sceptic would retrain: other seeds, and a longer budget, in case specialisation is an
-# artefact of stopping early (with more steps, could one head learn both relations, or four
-# heads blur their roles?). The sweep (`python -m book.sceptic --claim C9b`) retrains the
-# one-, two- and four-head models on three other seeds and for three times as many steps, and
-# applies the same checks; the cell prints the stored results.
+# Specialisation could be an artefact of stopping early. The sweep (`python -m book.sceptic
+# --claim C9b`) retrains the one-, two- and four-head models on three other seeds and for three
+# times as many steps, with the same checks; the cell prints the stored results.
 
 # %% tags=["nbval-check-output"]
 print(sweep_summary("C9b"))
@@ -930,51 +897,44 @@ for setting in stored_sweeps()["C9b"]["perturbations"]:  # what failed, where so
             print(f"{setting['name']}, seed {run['seed']}: {failure}")
 
 # %% [markdown]
-# **Verdict on C9: the arithmetic holds exactly (a configuration fact rather than a finding:
-# we counted it, and torch's independently written `nn.MultiheadAttention` gives the same
-# count); specialisation is reproduced in a controlled model, on each of three seeds and on
-# three more, hence "partly"; with three times the training it holds on two seeds of three.**
-# With two heads, one head puts nearly all its weight on the previous token and
-# the other on the partner, and both digits are right almost always. With one head, the model
-# picks one relation, solves it, and guesses the other — the averaging problem of section 3.1,
-# now found by gradient descent; which relation it picks is up to the seed (the previous token
-# on two seeds, the partner on the third). What keeps the verdict at "partly" (`c9b_verdict`)
-# is the half of the claim we did not test: our task was *designed* to need two relations, so
-# it shows that heads can and do split work when a task rewards it, not which relations BERT's
-# heads pick. One more caveat, on the wording rather than the verdict: specialisation is not
-# one head per relation. With four heads, on seed 0 one took the previous token and the others
-# shared the partner search, on seed 1 two heads took each relation — redundancy that Michel
-# et al. (2019) and Voita et al. (2019) found in trained translation models too, where many
-# heads can be pruned at little cost.
+# **Verdict on C9: the arithmetic holds exactly (a configuration fact rather than a finding: we
+# counted it, and torch's independently written `nn.MultiheadAttention` gives the same count);
+# specialisation is reproduced in a controlled model, on each of three seeds and on three more,
+# hence "partly"; with three times the training it holds on two seeds of three.** With two
+# heads, one head attends to the previous token, the other to the partner, and both digits are
+# almost always right. One head solves one relation and guesses the other (which one depends on
+# the seed: the previous token on two seeds, the partner on the third) — section 3.1's averaging
+# problem, found by gradient descent. The verdict stays at "partly" (`c9b_verdict`) because our
+# task was *designed* to need two relations: it shows that heads split work when a task rewards
+# it, not which relations BERT's heads pick. Nor is specialisation one head per relation: with
+# four heads, on seed 0 one took the previous token and the others shared the partner search, on
+# seed 1 two heads took each relation — redundancy that Michel et al. (2019) and Voita et al.
+# (2019) found in translation models, where many heads can be pruned at little cost.
 #
-# The longer budget weakens one part of the picture, and the sweep's printout says which: on
-# one seed the *one*-head model, given three times the steps, gets most previous digits and
-# nearly all partner digits right, with its weight spread over both relations. A single head
-# can serve two relations after all, if imperfectly and slowly; section 3.1's "one head, one
-# pattern" is what a head does within a short budget, not a limit it cannot pass. What
-# survives every run is the division of labour when there are enough heads: two or four
-# heads solve both relations, with one head per relation, on every seed and budget tried.
+# The longer budget weakens one part: on one seed the *one*-head model gets most previous digits
+# and nearly all partner digits right, its weight spread over both relations. "One head, one
+# pattern" holds within a short budget, not as a hard limit. What survives every run is the
+# division of labour: two or four heads solve both relations, with different heads serving them.
 
 # %% [markdown]
 # ## 3.5 C10: how many heads?
 #
-# **The claim.** The head count is a trade-off at fixed width: more heads give more "views",
-# but each head gets narrower. The article reports an ablation at $d_\text{model} = 512$ in
-# which validation quality rose from $h = 4$ to $h = 8$ and fell at $h = 16$ ($d_k = 32$),
-# whose heads underfit; common practice keeps $d_k$ at 64 or 128.
+# **The claim.** At fixed width the head count is a trade-off: more heads give more "views", but
+# each is narrower. The article reports an ablation at $d_\text{model} = 512$ in which
+# validation quality rose from $h = 4$ to $h = 8$ and fell at $h = 16$ ($d_k = 32$), whose heads
+# underfit; common practice keeps $d_k$ at 64 or 128.
 #
-# **Our experiment.** We cannot train $d_\text{model} = 512$ models here, so we scale the
-# question down: the two-relation task, $d_\text{model} = 32$ fixed, $h \in \{1, 2, 4, 8,
-# 16\}$ (head width 32 down to 2), three seeds each (the book's `SEEDS`), the same 300 steps
-# for every run. We report the accuracy on held-out sequences (fresh data: "validation") and
-# the final training loss (how well the model fits).
+# **Our experiment.** Scaled down: the two-relation task, $d_\text{model} = 32$ fixed, $h \in
+# \{1, 2, 4, 8, 16\}$ (head width 32 down to 2), three seeds each (`SEEDS`), 300 steps for every
+# run. We report accuracy on fresh held-out sequences ("validation") and the final training
+# loss.
 #
 # **The test, fixed before the run.** "Rises, then falls" means: the head count with the best
-# mean accuracy is neither the smallest nor the largest we try, and it beats *both* ends by at
-# least `C10_MARGIN` = 0.1 in mean accuracy (ten points, a gap no reader would call noise).
-# `assert_c10_rises_then_falls` checks exactly that. The claim's *location* — the best head
-# 64 to 128 wide, as at the article's $h = 8$, $d_\text{model} = 512$ — is a separate part of
-# the verdict (`c10_verdict` in `book.claims.ch03`).
+# mean accuracy is neither the smallest nor the largest tried, and beats *both* ends by at least
+# `C10_MARGIN` = 0.1 in mean accuracy (ten points, a gap no reader would call noise);
+# `assert_c10_rises_then_falls` checks it. The claim's *location* — the best head 64 to 128
+# wide, as at the article's $h = 8$, $d_\text{model} = 512$ — is a separate part of the verdict
+# (`c10_verdict` in `book.claims.ch03`).
 
 # %%
 HEADS = (1, 2, 4, 8, 16)  # C10_MARGIN = 0.1, C10_PRACTICE_HEAD_WIDTH = (64, 128): book.claims.ch03
@@ -1050,24 +1010,20 @@ best_h = assert_c10_rises_then_falls(
 print(f"best head count h = {best_h}: mean accuracy {ablation[best_h]['both']:.3f}")
 
 # %% [markdown]
-# The curve rises and falls — but the rise is built into the task: with one layer and two
-# relations, one head cannot win (section 3.1), so only the fall tests the claim. Two and
-# four heads, of width 16 and 8, solve the task, on every seed. At eight heads of width 4 the
-# model still gets most digits right but fits visibly slower (the final-loss column), and the
-# seeds start to disagree (0.993, 0.887 and 0.991): a slower fit within 300 steps, not a
-# ceiling — with three times the steps every seed gets there (the sweep below). At sixteen heads
-# of width 2 it solves the previous-token relation but
-# gets only a small fraction of the partner digits right. Narrow heads have a known limit:
-# Bhojanapalli et al. (2020) show that a head of width $d_k < L$ cannot represent arbitrary
-# attention patterns (a "low-rank bottleneck"), and propose decoupling $d_k$ from
-# $d_\text{model}/h$. But whether that limit is what fails here is a separate question.
+# The curve rises and falls, but the rise is built into the task (one head cannot win, section
+# 3.1), so only the fall tests the claim. Two and four heads, of width 16 and 8, solve the task
+# on every seed. Eight heads of width 4 fit visibly slower (the final-loss column) and the seeds
+# disagree (0.993, 0.887 and 0.991): a slower fit within 300 steps, not a ceiling (with three
+# times the steps every seed gets there). Sixteen heads of width 2 solve the previous-token
+# relation but few partner digits. Narrow heads have a known limit: Bhojanapalli et al. (2020)
+# show that a head of width $d_k < L$ cannot represent arbitrary attention patterns (a "low-rank
+# bottleneck"), and propose decoupling $d_k$ from $d_\text{model}/h$. Whether that limit is what
+# fails here is another question.
 #
-# One confound has to be ruled out first. With rotary embeddings, a head of width 2 has a
-# single rotation frequency, which makes a position-independent content match especially hard
-# for it — the failure could be RoPE's rather than the narrow heads'. As a control we rerun
-# $h = 2$ and $h = 16$ with sinusoidal positions added to the input instead (no rotation
-# inside the heads), same seed; learning the previous-token relation is slower that way, so
-# these runs get 600 steps.
+# One confound first: under rotary embeddings a head of width 2 has a single rotation frequency,
+# which makes a position-independent content match especially hard. As a control we rerun $h =
+# 2$ and $h = 16$ with sinusoidal positions added to the input instead, same seed, for 600 steps
+# (the previous-token relation is slower to learn that way).
 
 # %%
 control = {
@@ -1104,21 +1060,18 @@ record_claim(
 )
 
 # %% [markdown]
-# Without rotary embeddings the sixteen narrow heads still fit worse than the two wide ones
-# within the same budget, so the penalty is not only RoPE's. But *which* relation suffers
-# flips (compare the printouts): without RoPE the width-2 heads find the partner, by content,
-# almost always, and it is the previous token they miss. So a head of width 2 *can* carry a
-# content match; the mechanism is not "too narrow to match content" but "too narrow to learn
-# both relations within the budget", and the positional scheme decides which one is lost.
-# The control is one seed per head count, so it shows that the gap *can* appear without RoPE,
-# not how large it is on average; and since a loss gap after a fixed budget measures speed as
-# much as capacity, the safe reading is that narrow heads are slower to fit here, not
-# necessarily unable to.
+# Without rotary embeddings the sixteen narrow heads still fit worse than the two wide ones, so
+# the penalty is not only RoPE's. But the relation that suffers flips: the width-2 heads now
+# find the partner almost always and miss the previous token. So a width-2 head *can* match
+# content; it is too narrow to learn both relations within the budget, and the positional scheme
+# decides which one is lost. With one seed per head count, and a loss gap after a fixed budget
+# measuring speed as much as capacity, the safe reading is that narrow heads are slower to fit
+# here, not necessarily unable to.
 #
-# The sceptic's sweep settles the budget question. It reruns the whole ablation, control
-# included, on three other seeds and with three times the steps (the control's too), and
-# judges each with the same `c10_verdict` (`python -m book.sceptic --claim C10`); the cell
-# prints the stored results, then the control of each setting as (final loss, accuracy).
+# The sceptic's sweep settles the budget question: it reruns the ablation, control included, on
+# three other seeds and with three times the steps, judging each with `c10_verdict` (`python -m
+# book.sceptic --claim C10`); the cell prints the stored results, then each setting's control as
+# (final loss, accuracy).
 
 # %% tags=["nbval-check-output"]
 print(sweep_summary("C10", keys=["steps", "best h", "mean accuracy"]))
@@ -1129,19 +1082,16 @@ for setting in (stored_sweeps()["C10"]["baseline"], *stored_sweeps()["C10"]["per
 # %% [markdown]
 # **Verdict on C10: partly reproduced, on every seed and budget the sweep tried — but what
 # survives is narrower than the claim.** The shape holds everywhere: an interior optimum that
-# beats both ends by the margin. Its rise is built into the task (one head cannot serve two
-# relations quickly; given three times the steps, it does on one seed of three, as in
-# section 3.4's sweep), and its fall, with a longer budget, is carried by one setting alone:
-# the dip at eight heads is gone, while sixteen heads of width 2 *with RoPE* still miss most
-# partner digits. Without RoPE, the sixteen narrow heads given the longer budget solve the
-# task as well as two wide ones. So the mechanism the control suggested at the chapter's
-# budget, "narrow heads fit worse", is at our scale slower training plus one specific
-# failure that more steps did not remove: heads of width 2 under RoPE, each with a single
-# rotation frequency. The location does not transfer either: here the best $h$ is
-# 2–4 (head width 8–16) because the task has two relations and the model is 32 wide; the
-# article's "$h = 8$ at $d_\text{model} = 512$" cannot be tested on two CPU cores, and the
-# best count depends on the task as much as on the width. Practice settled on heads of 64 or
-# 128 dimensions, which the table below shows for a few well-known models.
+# beats both ends by the margin. Its rise is built into the task, and with the longer budget its
+# fall rests on one setting alone: the dip at eight heads is gone, while sixteen heads of width
+# 2 *with RoPE* still miss most partner digits (without RoPE they solve the task as well as two
+# wide ones). So "narrow heads fit worse" is, at our scale, slower training plus one failure
+# more steps did not remove: width-2 heads under RoPE, each with a single rotation frequency.
+# Nor does the location transfer: the best $h$ here is 2–4 (head width 8–16) because the task
+# has two relations and the model is 32 wide; the article's "$h = 8$ at $d_\text{model} = 512$"
+# cannot be tested on two CPU cores, and the best count depends on the task as much as on the
+# width. Practice settled on heads of 64 or 128 dimensions, as the table below shows for a few
+# well-known models.
 
 # %% tags=["nbval-check-output"]
 known_models = [  # name, d_model, query heads, key/value heads
@@ -1160,24 +1110,20 @@ for name, d, h, kv in known_models:
 # %% [markdown]
 # ## 3.6 Sharing keys and values: MQA and GQA
 #
-# Training processes whole sequences at once, but a decoder *generates* one token at a time,
-# and each new token attends to all earlier ones. Recomputing every earlier token's keys and
-# values at each step would be wasteful, so they are kept: the **KV cache**, two tensors of
-# shape $(B, h, L, d_k)$ per layer. At long contexts this cache, not the weights, dominates
-# memory, and reading it dominates decoding time.
+# A decoder *generates* one token at a time, each attending to all earlier ones, whose keys and
+# values are kept rather than recomputed: the **KV cache**, two tensors of shape $(B, h, L,
+# d_k)$ per layer. At long contexts this cache, not the weights, dominates memory, and reading
+# it dominates decoding time.
 #
-# **Multi-query attention** (MQA, Shazeer 2019) keeps $h$ query heads but gives them *one*
-# shared key head and value head. **Grouped-query attention** (GQA, Ainslie et al. 2023) sits in
-# between: $h_{kv}$ key/value heads, each shared by a group of $h/h_{kv}$ query heads. In the
-# package this is the `num_kv_heads` argument: $h_{kv} = h$ is ordinary multi-head attention,
-# $h_{kv} = 1$ is MQA. The $W_K$ and $W_V$ matrices shrink to $d_\text{model} \times h_{kv}
-# d_k$, and the cache shrinks by the factor $h/h_{kv}$.
+# **Multi-query attention** (MQA, Shazeer 2019) gives $h$ query heads *one* shared key head and
+# value head. **Grouped-query attention** (GQA, Ainslie et al. 2023) sits in between: $h_{kv}$
+# key/value heads, each shared by a group of $h/h_{kv}$ query heads. In the package this is
+# `num_kv_heads`: $h_{kv} = h$ is ordinary multi-head attention, $h_{kv} = 1$ is MQA. $W_K$ and
+# $W_V$ shrink to $d_\text{model} \times h_{kv} d_k$, and the cache by the factor $h/h_{kv}$.
 #
-# A useful way to see GQA: it is multi-head attention whose key and value heads are *tied*
-# within each group. We check that literally: take a GQA layer, copy its weights into an
-# ordinary multi-head layer, repeating each key/value head's projection for every query head
-# of its group, and compare outputs. With $h_{kv} = h$ there is nothing to repeat, and the GQA
-# layer *is* an MHA layer.
+# GQA is multi-head attention whose key and value heads are *tied* within each group. We check
+# that literally: copy a GQA layer's weights into an ordinary multi-head layer, repeating each
+# key/value head's projection for every query head of its group, and compare outputs.
 
 
 # %%
@@ -1272,12 +1218,11 @@ record_claim(
 )
 
 # %% [markdown]
-# A batch of 16 such sequences with full multi-head attention needs 32 GiB of cache — more
-# than twice the model's own weights. GQA-8, the choice of LLaMA-2 70B and Mistral 7B, cuts
-# that by 4×; MQA by 32×. The price is expressiveness: query heads in a group must share what
-# they read. Ainslie et al. (2023) report that GQA keeps quality close to full multi-head
-# attention while MQA loses a little more; we did not measure quality here — the claim in this
-# section is about memory, and that arithmetic is exact.
+# A batch of 16 such sequences with full multi-head attention needs 32 GiB of cache — more than
+# twice the model's own weights. GQA-8, the choice of LLaMA-2 70B and Mistral 7B, cuts that by
+# 4×; MQA by 32×. The price is expressiveness: query heads in a group share what they read.
+# Ainslie et al. (2023) report that GQA keeps quality close to multi-head attention while MQA
+# loses a little more; we measured memory, not quality.
 
 # %% [markdown]
 # ## Claims checked
@@ -1288,32 +1233,30 @@ claims_table()
 # %% [markdown]
 # ## Takeaways
 #
-# - One head returns one weighted average; when a token needs two different things, an
-#   average loses which came from where. Several heads keep them in separate slots.
+# - One head returns one weighted average, which loses which value came from where; several
+#   heads keep different things in separate slots.
 # - Multi-head attention = project at full width, `view` to $(B, L, h, d_k)$, `transpose` to
 #   $(B, h, L, d_k)$, attend per head with scale $1/\sqrt{d_k}$, transpose back, concatenate,
-#   mix with $W_O$. The order of `view` and `transpose` matters and a wrong one raises no error.
-# - $h$ heads cost the same matrix-product FLOPs and the same parameters as one head of full
-#   width; only the elementwise softmax work grows, by well under 1 % at BERT-base's shape.
-#   Wall time depends on the kernel.
-# - Trained on a task that needs two relations, two heads split them cleanly; one head learns
-#   one relation and guesses the other; extra heads become partly redundant.
+#   mix with $W_O$. A wrong order of `view` and `transpose` raises no error.
+# - $h$ heads cost the same matrix-product FLOPs and parameters as one full-width head; only
+#   the softmax work grows, by well under 1 % at BERT-base's shape. Wall time depends on the
+#   kernel.
+# - On a task that needs two relations, two heads split them; one head learns one and guesses
+#   the other; extra heads become partly redundant.
 # - The head count is a trade-off: too few heads cannot separate relations, too narrow heads
-#   fit more slowly (which relation they lose depends on how positions enter the head). At
-#   our scale the optimum was $h$ = 2–4 at $d_\text{model} = 32$; practice uses heads of
-#   64–128 dimensions.
+#   fit more slowly. At our scale the optimum was $h$ = 2–4 at $d_\text{model} = 32$; practice
+#   uses heads of 64–128 dimensions.
 # - MQA and GQA share key/value heads across query heads; the KV cache shrinks by $h/h_{kv}$
 #   (2 GiB → 512 MiB → 64 MiB per 4k-token sequence for a 7B-class model).
 #
 # ## Exercises
 #
-# Your workbook `my-exercises/03_multi_head.py` (`make lab` copies it there) has six: split
-# heads and merge heads (the checks recognise the usual `view`/`transpose` mistakes); the
-# parameter count of an attention layer with MHA, GQA or MQA; copying GQA's key/value heads to
-# their groups of query heads; a multi-head forward pass written from its four weight
-# matrices; and a prediction of C8's verdict at a longer sequence, which you then run. Check
-# your answers in the
-# notebook, or all at once with `make check CH=03`.
+# Your workbook `my-exercises/03_multi_head.py` (`make lab` copies it there) has six: split and
+# merge heads (the checks recognise the usual `view`/`transpose` mistakes); the parameter count
+# of an attention layer with MHA, GQA or MQA; copying GQA's key/value heads to their query
+# heads; a multi-head forward pass from its four weight matrices; and a prediction of C8's
+# verdict at a longer sequence, which you then run. Check your answers in the notebook, or all
+# at once with `make check CH=03`.
 #
 # ## Further reading
 #

@@ -14,19 +14,16 @@
 # %% [markdown]
 # # Chapter 4 — Positional encoding
 #
-# The attention of chapters 2 and 3 compares every token with every other token, and nothing
-# in that comparison mentions *where* a token stands. Shuffle a sentence and each token gets
-# exactly the output it had before, only in the shuffled order: to attention, "I love you"
-# and "you love I" are the same bag of words. This chapter first makes that precise and
-# checks it, then builds the three main ways of putting order back. The original
-# Transformer *adds* a fixed pattern of sines and cosines to each token; we take it apart
-# and verify two properties claimed for it (a spread of frequencies, like the bits of a
-# counter, and a shift that is a rotation). BERT and GPT-2 instead *learn* one vector per
-# position, which costs parameters and stops dead at the longest position trained. RoPE,
-# used by LLaMA and Qwen, *rotates* queries and keys so that attention scores see only the
-# distance between two tokens. Finally we train the same small model with each encoding on
-# short sequences and test it on longer ones, to see which of them carries over — and how
-# far.
+# The attention of chapters 2 and 3 compares every token with every other, and nothing in that
+# comparison mentions *where* a token stands: to attention, "I love you" and "you love I" are
+# the same bag of words. This chapter makes that precise and checks it, then builds the three
+# main ways of putting order back. The original Transformer *adds* a fixed pattern of sines and
+# cosines to each token; we verify two properties claimed for it (a spread of frequencies, like
+# a counter's bits, and a shift that is a rotation). BERT and GPT-2 *learn* one vector per
+# position, which costs parameters and stops dead at the longest position trained. RoPE, used by
+# LLaMA and Qwen, *rotates* queries and keys so that scores see only the distance between two
+# tokens. Finally we train one small model with each encoding on short sequences and test it on
+# longer ones.
 
 # %% [markdown]
 # **Learning goals.** After this chapter you can
@@ -40,8 +37,7 @@
 # - count the parameters of a learned position table and say what happens past its end;
 # - implement RoPE as a rotation of channel pairs and show that $q\cdot k$ then depends on
 #   $m-n$ only;
-# - design a length-extrapolation experiment, read its result, and choose an encoding for a
-#   task.
+# - design a length-extrapolation experiment, read its result, and choose an encoding.
 
 # %%
 #| default_exp ch04
@@ -91,22 +87,20 @@ make_deterministic(0)
 # %% [markdown]
 # ## 4.1 Attention is blind to order
 #
-# Write one attention output out in full: token $i$ gets
-# $z_i = \sum_j \operatorname{softmax}_j(q_i\cdot k_j/\sqrt{d_k})\, v_j$. The queries, keys
-# and values are computed from each token on its own ($q_i = x_iW_Q$ and so on), and the sum
-# runs over the *set* of keys; the index $j$ is only a name, never a number that enters the
-# computation. So if we permute the input rows with a permutation matrix $P$, then
-# $Q, K, V$ become $PQ, PK, PV$, the score matrix becomes $PSP^\top$ (rows and columns
-# permuted alike), the row-wise softmax commutes with that, and the output is
-# $PAP^\top PV = P(AV)$ because $P^\top P = I$. In words:
+# Write one attention output in full: token $i$ gets
+# $z_i = \sum_j \operatorname{softmax}_j(q_i\cdot k_j/\sqrt{d_k})\, v_j$. Queries, keys and
+# values come from each token on its own ($q_i = x_iW_Q$ and so on), and the sum runs over the
+# *set* of keys. Permute the input rows with a permutation matrix $P$, and $Q, K, V$ become
+# $PQ, PK, PV$, the score matrix becomes $PSP^\top$, the row-wise softmax commutes with that,
+# and the output is $PAP^\top PV = P(AV)$
+# because $P^\top P = I$. In words:
 #
 # > **Claim C11.** Self-attention is *permutation-equivariant*: shuffle the tokens and the
 # > outputs shuffle the same way. "I love you" and "you love I" look alike without position
 # > information.
 #
-# Our running example is exactly that pair of sentences, with random 8-dimensional word
-# vectors and a two-head attention layer from the package (untrained; no training is
-# needed to test an identity).
+# Our running example is that pair of sentences, with random 8-dimensional word vectors and an
+# untrained two-head attention layer from the package (an identity needs no training).
 
 # %%
 words = ["I", "love", "you"]
@@ -132,10 +126,10 @@ for word in words:
     print(f"{'':>5}  in 'you love I': {out_b[ib, :4].numpy().round(3)}")
 
 # %% [markdown]
-# Each word gets the same output vector (the first four of its eight numbers are shown) in
-# both sentences. The identity holds for any permutation, not just this one; we check it on
-# a ten-token sequence under 100 random permutations, and check that the *sentence* vector
-# that a classifier would pool from the outputs (their mean) is identical.
+# Each word gets the same output vector (the first four of its eight numbers are shown) in both
+# sentences. We also check the identity on a ten-token sequence under 100 random permutations,
+# and that the *sentence* vector a classifier would pool from the outputs (their mean) is
+# identical.
 
 # %%
 swap = torch.tensor([2, 1, 0])  # "you love I" = "I love you" read backwards
@@ -162,9 +156,9 @@ assert max_perm_error < 1e-5  # ... and for every permutation tried (float32 rou
 assert pooled_gap < 1e-6  # a bag-of-words model: both sentences pool to the same vector
 
 # %% [markdown]
-# Now give the model positions. With the sinusoidal table of section 4.2 added to the word
-# vectors, or with the same attention weights but RoPE (section 4.5) rotating queries and
-# keys, "I" no longer gets the same output in the two sentences.
+# Now give the model positions: with the sinusoidal table of section 4.2 added to the word
+# vectors, or with RoPE (section 4.5) rotating queries and keys, "I" no longer gets the same
+# output in the two sentences.
 
 # %% tags=["nbval-check-output"]
 sinusoidal = SinusoidalPositionalEncoding(d_model, max_len=16)
@@ -200,14 +194,13 @@ record_claim(
 )
 
 # %% [markdown]
-# **Verdict on C11: reproduced** — it is an identity, and the numbers agree with it to
-# float32 rounding. Two remarks go beyond the claim. First, the *causal mask* of a decoder
-# also breaks the symmetry: token $i$ sees $i+1$ tokens, so its position leaks through how
-# many keys it averages over. Decoder-only language models trained with no positional
-# encoding at all do learn positions this way (Haviv et al., 2022). Second, equivariance is
-# about the outputs *per token*; a model that pools them into one vector, like a sentence
-# classifier, is fully *invariant* — a bag of words. Section 4.6 trains such a model on a
-# task that needs order and watches it fail.
+# **Verdict on C11: reproduced** — it is an identity, and the numbers agree with it to float32
+# rounding. Two remarks go beyond the claim. The *causal mask* of a decoder also breaks the
+# symmetry: token $i$ sees $i+1$ tokens, so its position leaks through how many keys it averages
+# over, and decoder-only language models trained with no positional encoding do learn positions
+# this way (Haviv et al., 2022). And a model that pools the outputs into one vector, like a
+# sentence classifier, is fully *invariant* — a bag of words. Section 4.6 trains such a model on
+# a task that needs order and watches it fail.
 
 # %% [markdown]
 # ## 4.2 The sinusoidal encoding
@@ -250,23 +243,20 @@ axes[1].legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize
 fig.tight_layout()
 
 # %% [markdown]
-# Left, the first channels flicker from one position to the next while the right half of
-# the table barely changes over 100 positions; right, the same seen along the sequence.
-# Every position gets a different row, every row has the same norm ($\sqrt{d/2}$, one unit
-# circle per pair), and nothing in the table is learned. In the model it is simply added,
-# $x_{pos} + PE_{pos}$, before the first layer.
+# The first channels flicker from position to position while the right half barely changes over
+# 100 positions. Every position gets a different row, every row has the same norm ($\sqrt{d/2}$,
+# one unit circle per pair), and nothing is learned. The model adds it, $x_{pos} + PE_{pos}$,
+# before the first layer.
 #
 # > **Claim C12.** Low dimensions have high frequencies and high dimensions low ones: a
 # > multi-scale code, like the bits of a binary counter.
 #
-# The frequency of pair $i$ is $\omega_i = 10000^{-2i/d}$, so its wavelength — the number
-# of positions before the pattern repeats — is $\lambda_i = 2\pi/\omega_i =
-# 2\pi\cdot 10000^{2i/d}$: from $2\pi \approx 6.3$ positions for pair 0 up to
-# $2\pi\cdot 10000^{(d-2)/d}$, just under $2\pi\cdot 10000$, for the last pair, growing by
-# the same factor $10000^{2/d}$ from one pair to the next. Rather than trusting the
-# formula, we *measure* each channel's frequency from the table itself by counting how often
-# it changes sign over 1,000 positions (a wave of wavelength $\lambda$ crosses zero about
-# $2\cdot 1000/\lambda$ times). The two measuring tools, the formula and the count:
+# The wavelength of pair $i$ — the number of positions before it repeats — is $\lambda_i =
+# 2\pi/\omega_i = 2\pi\cdot 10000^{2i/d}$: from $2\pi \approx 6.3$ positions for pair 0 to just
+# under $2\pi\cdot 10000$ for the last, growing by the factor $10000^{2/d}$ from pair to pair.
+# Rather than trust the formula, we *measure* each channel's frequency from the table by
+# counting its sign changes over 1,000 positions (a wave of wavelength $\lambda$ crosses zero
+# about $2\cdot 1000/\lambda$ times). The formula and the count:
 
 # %%
 #| export
@@ -325,10 +315,9 @@ torch.testing.assert_close(
 # %% [markdown]
 # ### The binary-counter analogy, checked
 #
-# Write the position in binary: bit 0 flips at every step, bit 1 every 2 steps, bit $j$
-# every $2^j$ steps. The fast bits tell neighbouring positions apart, the slow bits say
-# roughly where in the sequence we are. The sinusoidal table has the same division of
-# labour — left fast, right slow — as the two panels below show for positions 0–63.
+# Write the position in binary: bit $j$ flips every $2^j$ steps. The fast bits tell neighbouring
+# positions apart, the slow bits say roughly where in the sequence we are. The sinusoidal table
+# divides the labour the same way, as the two panels below show for positions 0–63.
 
 # %%
 counter = torch.arange(64)
@@ -352,13 +341,11 @@ fig.tight_layout()
 
 # %% [markdown]
 # (For the picture we used base 64 instead of 10,000: with $d = 12$ the wavelengths are then
-# $2\pi\cdot 64^{2i/12} = 2\pi\cdot 2^i$, doubling from pair to pair just as the bits'
-# periods do.) The analogy has limits that are worth measuring. A counter's periods double
-# from bit to bit; the standard table's wavelengths grow by $10000^{2/d}$, which is 1.33 for
-# $d = 64$ — many more, finer scales. And a counter is *jumpy*: going from 31 to 32 flips
-# six bits, from 32 to 33 one. A sinusoidal step has the
-# same size everywhere, because moving one position turns every circle by its fixed angle
-# (this is section 4.3's point).
+# $2\pi\cdot 64^{2i/12} = 2\pi\cdot 2^i$, doubling from pair to pair like the bits' periods.)
+# The analogy has measurable limits. The standard table's wavelengths grow by $10000^{2/d}$,
+# 1.33 for $d = 64$, not by doubling: many more, finer scales. And a counter is *jumpy*: from 31
+# to 32 six bits flip, from 32 to 33 one, while a sinusoidal step has the same size everywhere,
+# because moving one position turns every circle by its fixed angle (section 4.3's point).
 
 # %% tags=["nbval-check-output"]
 bit_flips = (bits[1:] != bits[:-1]).sum(dim=1)  # (63,): Hamming distance of p and p+1
@@ -389,11 +376,10 @@ record_claim(
 )
 
 # %% [markdown]
-# **Verdict on C12: reproduced.** Measured from the table alone, frequency falls
-# monotonically with the channel, and the measured wavelengths follow the formula. The
-# binary counter is a fair picture of the *multi-scale* idea, with two differences that
-# favour the sines: the scales are finer than powers of two, and the code is smooth — every
-# step is the same distance, where a counter sometimes jumps.
+# **Verdict on C12: reproduced.** Measured from the table alone, frequency falls monotonically
+# with the channel, and the measured wavelengths follow the formula. The binary counter pictures
+# the *multi-scale* idea, with two differences that favour the sines: finer scales than powers
+# of two, and a smooth code where a counter sometimes jumps.
 
 # %% [markdown]
 # ## 4.3 A shift is a rotation
@@ -468,9 +454,8 @@ torch.testing.assert_close(m_5 @ m_5.T, torch.eye(16, dtype=torch.float64))  # a
 
 # %% [markdown]
 # A derivation can hide a mistake, so let the data speak: give a least-squares fit only the
-# table — all pairs $(PE_p, PE_{p+5})$ — and ask for the best matrix $M$ with
-# $PE_{p+5} \approx M\,PE_p$. If the claim is true, the fit must find $M_5$ without being
-# told the formula.
+# pairs $(PE_p, PE_{p+5})$ of the table and ask for the best $M$ with $PE_{p+5} \approx
+# M\,PE_p$. If the claim is true, the fit finds $M_5$ without the formula.
 
 # %%
 #| export
@@ -519,17 +504,15 @@ assert fit_residual64 < 1e-9  # at d = 64 a linear map still fits perfectly...
 assert fit_gap64 > 0.1  # ... but not only M_5: the data do not pin the matrix down
 
 # %% [markdown]
-# At $d = 16$ the fit recovers $M_5$ to ten decimals. At $d = 64$ something instructive
-# happens: a matrix still predicts every shifted row perfectly, but it is not $M_5$. Over
-# 1,000 positions the slowest pairs turn by less than a fifth of a radian in all, so their
-# channels are almost constant (cos) or almost straight lines (sin); several columns of the
-# table are then nearly linear combinations of each other, and many matrices fit equally
-# well. The linear relation is real; it is just not the only linear relation the data
-# contain.
+# At $d = 16$ the fit recovers $M_5$ to ten decimals. At $d = 64$ a matrix still predicts every
+# shifted row perfectly, but it is not $M_5$: over 1,000 positions the slowest pairs turn by
+# less than a fifth of a radian, so their channels are almost constant (cos) or almost straight
+# (sin), several columns are nearly linear combinations of each other, and many matrices fit
+# equally well. The linear relation is real, just not the only one the data contain.
 #
-# The shift also shows up in dot products, which is what attention computes. Since $M_k$ is
-# a rotation, $PE_p\cdot PE_{p+k} = \sum_i \cos(k\omega_i)$ depends on the offset $k$ and
-# not on $p$: the table "knows" distances.
+# The shift also shows up in the dot products attention computes. Since $M_k$ is a rotation,
+# $PE_p\cdot PE_{p+k} = \sum_i \cos(k\omega_i)$ depends on $k$ and not on $p$: the table "knows"
+# distances.
 
 # %%
 offsets = list(range(0, 200))
@@ -564,25 +547,22 @@ record_claim(
 )
 
 # %% [markdown]
-# **Verdict on C13: reproduced**, exactly. Why does it matter? In the book's row-vector
-# convention ($q = x W_Q$, $k = x W_K$), an attention score between two positional codes is
-# $PE_p W_Q W_K^\top PE_n^\top$; if the model learns $W_Q W_K^\top \approx M_k^\top$ (the
-# matrix that maps the row $PE_n$ to the row $PE_{n+k}$ is $M_k^\top$, as
-# $PE_{n+k}^\top = M_k PE_n^\top$), that score becomes $PE_p\cdot PE_{n+k}$, a function of
-# $p - n - k$ only and largest at $n = p - k$ — "look $k$ back" is expressible by a fixed
-# bilinear form, at any position. Note the word
-# *expressible*. In a real model $PE$ is added to a token vector and both go through the
-# same projections, and nothing forces training to find that clean solution rather than
-# one that works only for the positions it has seen. Section 4.6 finds out which.
+# **Verdict on C13: reproduced**, exactly. Why it matters: in the book's row-vector convention
+# ($q = x W_Q$, $k = x W_K$), a score between two positional codes is $PE_p W_Q W_K^\top
+# PE_n^\top$; if the model learns $W_Q W_K^\top \approx M_k^\top$ (since $PE_{n+k}^\top = M_k
+# PE_n^\top$), the score becomes $PE_p\cdot PE_{n+k}$, a function of $p - n - k$ only, largest
+# at $n = p - k$: "look $k$ back" is expressible by a fixed bilinear form at any position.
+# *Expressible* only: in a real model $PE$ is added to a token vector, and nothing forces
+# training to find that clean solution rather than one that works only for the positions it has
+# seen. Section 4.6 finds out which.
 
 # %% [markdown]
 # ## 4.4 Learned position embeddings
 #
 # BERT and GPT-2 skip the formula: position $p$ gets its own trainable vector, row $p$ of a
-# table of shape (max_len, d_model), added to the token vector just like the sinusoidal
-# code. The model can learn whatever positional pattern the task rewards. The price is in
-# the shape of the table: its parameter count grows linearly with the longest sequence, and
-# it has *no row at all* past max_len.
+# table of shape (max_len, d_model), added to the token vector like the sinusoidal code. The
+# model can learn whatever positional pattern the task rewards. The price: the parameter count
+# grows linearly with the longest sequence, and there is *no row at all* past max_len.
 
 # %% tags=["nbval-check-output"]
 max_lens = [128, 256, 512, 1024, 2048, 4096]
@@ -600,10 +580,10 @@ assert learned_params[2] == 393_216  # BERT-base: 512 positions × 768
 assert sinusoidal_params == 0 and rope_params == 0
 
 # %% [markdown]
-# For BERT-base that is 393,216 parameters, well under one percent of the whole model
-# (chapter 3 counts it), so cost is not the real issue. The hard limit is. Ask a table of
-# 32 positions for a 33rd — directly, or through an `offset` as when generating one token
-# at a time with a cache — and the package refuses with an error that says why:
+# For BERT-base that is 393,216 parameters, well under one percent of the model (chapter 3
+# counts it), so cost is not the issue; the hard limit is. Ask a table of 32 positions for a
+# 33rd — directly, or through an `offset` as when generating with a cache — and the package
+# refuses with an error that says why:
 
 # %% tags=["nbval-check-output"]
 table32 = LearnedPositionalEmbedding(max_len=32, d_model=16)
@@ -619,27 +599,26 @@ for attempt, call in (
 # %% [markdown]
 # (A bare `nn.Embedding` fails too, but with an `IndexError` on the CPU, or a device-side
 # assertion on a GPU, far from the line that asked for position 32.) A larger table does not
-# solve the problem either: rows that no training sequence reached keep their random
-# initial values. Section 4.6 measures what that does.
+# help either: rows no training sequence reached keep their random initial values. Section 4.6
+# measures what that does.
 
 # %% [markdown]
 # ## 4.5 RoPE: rotate the queries and keys
 #
-# The sinusoidal code carries relative position only indirectly (section 4.3). RoPE, the
-# rotary position embedding of Su et al. (2021), builds it into the score. Nothing is added
-# to the token vectors; instead, after the projections, each query and key is *rotated*
-# according to its own position. Its channels are grouped in pairs, and the pair $i$ of the
-# vector at position $m$ is turned by the angle $m\theta_i$, with the same frequencies as
-# before, $\theta_i = 10000^{-2i/d_k}$. Treat a pair $(a, b)$ as the complex number
-# $a + ib$, and the rotation is a multiplication by $e^{im\theta_i}$. Then, for one pair,
+# The sinusoidal code carries relative position only indirectly (section 4.3). RoPE, the rotary
+# position embedding of Su et al. (2021), builds it into the score. Nothing is added to the
+# token vectors; after the projections, each query and key is *rotated* according to its
+# position: pair $i$ of the vector at position $m$ is turned by the angle $m\theta_i$, with the
+# same frequencies as before, $\theta_i = 10000^{-2i/d_k}$. Treat a pair $(a, b)$ as the complex
+# number $a + ib$, and the rotation is a multiplication by $e^{im\theta_i}$. Then, for one pair,
 #
 # $$\operatorname{Re}\!\left[(q\,e^{im\theta})\,\overline{(k\,e^{in\theta})}\right]
 #   = \operatorname{Re}\!\left[q\,\bar k\, e^{i(m-n)\theta}\right],$$
 #
-# which contains $m$ and $n$ only through $m - n$. Summed over the pairs, that is the dot
-# product $q_m\cdot k_n$. The diagram draws one pair: turning the query by $m\theta$ and the
-# key by $n\theta$ changes the angle between them by $(m - n)\theta$, and the dot product
-# depends only on that angle (and the two lengths, which a rotation keeps).
+# which contains $m$ and $n$ only through $m - n$; summed over the pairs, that is $q_m\cdot
+# k_n$. The diagram draws one pair: turning the query by $m\theta$ and the key by $n\theta$
+# changes the angle between them by $(m - n)\theta$, and the dot product depends only on that
+# angle and the two lengths, which a rotation keeps.
 
 # %%
 _ = rope_rotation()
@@ -679,10 +658,10 @@ print("from scratch = apply_rope(interleaved=True); rotate-half = the same up to
 # > **Claim C15.** RoPE rotates $Q$ and $K$ by position so that $q\cdot k$ depends only on the
 # > relative offset; it adds no parameters, and it extrapolates better (LLaMA, Qwen).
 #
-# The first two parts are properties we can check exactly. Take one query vector and one key
-# vector, place them at every pair of positions $(m, n)$ with $0 \le m, n < 64$, rotate, and
-# compute the score. If it depends on $m - n$ only, the $64\times 64$ matrix of scores is
-# constant along each diagonal. Rotations also preserve lengths.
+# The first two parts can be checked exactly. Place one query and one key at every pair of
+# positions $(m, n)$ with $0 \le m, n < 64$, rotate, and compute the score: if it depends on
+# $m - n$ only, the $64\times 64$ score matrix is constant along each diagonal. Rotations also
+# preserve lengths.
 
 # %%
 gen = torch.Generator().manual_seed(7)
@@ -717,12 +696,10 @@ assert rope_params == 0  # nothing to learn (section 4.4)
 
 # %% [markdown]
 # The stripes run parallel to the diagonal: every entry with the same $m - n$ has the same
-# score. Two consequences are worth stating before the experiment. A model that uses RoPE
-# and no other position signal is *translation-invariant*: moving a whole sequence to later
-# positions changes nothing. And the score of two tokens at a distance that never occurred
-# during training is computed from rotation angles $(m-n)\theta_i$ the model has never
-# seen — whether it handles them well is an empirical question, not a property of the
-# formula.
+# score. Two consequences, before the experiment. A model with RoPE and no other position signal
+# is *translation-invariant*: moving a whole sequence to later positions changes nothing. And a
+# score at a distance never seen in training comes from rotation angles $(m-n)\theta_i$ the
+# model has never met; whether it handles them is an empirical question.
 
 # %% [markdown]
 # ## 4.6 Train short, test long
@@ -730,16 +707,15 @@ assert rope_params == 0  # nothing to learn (section 4.4)
 # > **Claim C14.** The sinusoidal encoding needs no parameters and can in principle
 # > extrapolate to longer sequences, but in practice quality drops past the training length.
 #
-# Together with C15's "RoPE extrapolates better", this calls for one experiment: train on
-# short sequences, test on longer ones, and change nothing but the positional encoding.
+# With C15's "RoPE extrapolates better", this calls for one experiment: train on short
+# sequences, test on longer ones, change nothing but the positional encoding.
 #
-# **The task** has to need *relative* position, or any encoding would do. We use a
-# look-back question: *which token stood three places before the last one?* Tokens are
-# random among 16; the answer is one of 16 classes (chance: 1/16 ≈ 0.06). A model that
-# has learned "attend three positions back from the last token" can answer at any length; a
-# model that has learned "from position 31, attend to the position three before it" cannot.
-# To rule out that shortcut, training lengths vary uniformly from 8 to 32 tokens, so a batch
-# holds sequences of different lengths, padded at the end.
+# **The task** must need *relative* position, or any encoding would do: *which token stood three
+# places before the last one?* Tokens are random among 16; the answer is one of 16 classes
+# (chance: 1/16 ≈ 0.06). A model that learned "attend three positions back from the last token"
+# can answer at any length; one that learned "from position 31, attend to the position three
+# before it" cannot. To rule out that shortcut, training lengths vary uniformly from 8 to 32
+# tokens, padded at the end.
 
 # %%
 #| export
@@ -787,15 +763,13 @@ def lookback_batch(
 # %% [markdown]
 # **The model** is the package's `SequenceClassifier`: one pre-LN encoder layer, 2 heads,
 # $d_\text{model} = 32$, reading the answer off the last real token (`pooling="last"`; the
-# `lengths` of a batch mask the padding out, `True` = may attend). Five variants differ only
-# in `positional=`: none; sinusoidal; learned with a table of 32 positions (the training
-# maximum, as BERT's 512); learned with a table of 128 (rows 32–127 exist but no training
-# sequence reaches them); RoPE. A learned table starts at the scale of the token vectors
-# (standard deviation 1, `nn.Embedding`'s default), as BERT initialises both tables alike:
-# `SequenceClassifier` already draws it so, and `build_lookback_model` redraws it at the
+# batch's `lengths` mask the padding out, `True` = may attend). The variants differ only in
+# `positional=`: none; sinusoidal; learned with a table of 32 positions (the training maximum);
+# learned with a table of 128 (rows 32–127 exist but no training sequence reaches them); RoPE. A
+# learned table starts at the scale of the token vectors (standard deviation 1, `nn.Embedding`'s
+# default), as BERT initialises both tables alike; `build_lookback_model` redraws it at the
 # token table's measured spread. (A bare `LearnedPositionalEmbedding` starts at GPT-2's far
-# smaller scale, which here would leave the positions much weaker than the tokens and slow
-# to notice.)
+# smaller scale.)
 
 
 # %%
@@ -836,12 +810,11 @@ def build_lookback_model(
 
 
 # %% [markdown]
-# A fifth variant is the one built for this very test, "train short, test long": **ALiBi**
-# (section 4.7 shows its bias). It adds no vector to the tokens; every attention score gets a
-# penalty $-s_h\,|i-j|$ that grows with the distance, a fixed slope $s_h$ per head. The
-# package's `SequenceClassifier` has no ALiBi option, so `ALiBiClassifier` below is one with
-# no positions whose forward adds `alibi_bias` to the padding mask (a float mask is an
-# additive bias).
+# A fifth variant was built for this very test: **ALiBi** (section 4.7 shows its bias). It adds
+# no vector to the tokens; every attention score gets a penalty $-s_h\,|i-j|$ growing with the
+# distance, a fixed slope $s_h$ per head. `ALiBiClassifier` below is a `SequenceClassifier` with
+# no positions whose forward adds `alibi_bias` to the padding mask (a float mask is an additive
+# bias).
 
 
 # %%
@@ -894,9 +867,9 @@ def build_alibi_lookback_model(
 
 # %% [markdown]
 # **Training** is the book's one loop, `fit`, with AdamW at learning rate $3\cdot10^{-3}$ for
-# 400 steps of 64 sequences; the loss is the cross-entropy of the answer read at the last
-# real token. The batches come from a generator seeded with `seed + 1000`, so every variant
-# trained with the same seed sees exactly the same sequences.
+# 400 steps of 64 sequences, on the cross-entropy of the answer read at the last real token.
+# Batches come from a generator seeded with `seed + 1000`, so every variant trained with the
+# same seed sees the same sequences.
 
 # %%
 #| export
@@ -948,10 +921,10 @@ def train_lookback(
 
 
 # %% [markdown]
-# A test length may exceed every training length; `lookback_accuracy` also offers a
-# *window*: only the last `window` tokens are visible (the earlier ones are masked out like
-# padding), which places a short sequence at far positions — section 4.6's way to tell "new
-# absolute positions" from "new distances".
+# A test length may exceed every training length; `lookback_accuracy` also offers a *window*:
+# only the last `window` tokens are visible (the earlier ones masked like padding), which places
+# a short sequence at far positions — section 4.6's way to tell "new absolute positions" from
+# "new distances".
 
 
 # %%
@@ -991,20 +964,19 @@ def lookback_accuracy(
 
 
 # %% [markdown]
-# Each variant is trained on the *same* batches from the same seed, then tested on fresh
-# sequences of 16 to 128 tokens — up to four times the training length. The variants whose
-# verdicts rest on training (sinusoidal, learned with a table of 128, RoPE) and ALiBi are
-# trained once per seed of the book's `SEEDS` (three; `lookback_accuracy_over_seeds` in
-# `book.claims.ch04` calls `run` for the seeds after the first); the two
-# controls (no positions, which cannot express the task, and the table of 32, which cannot
-# run past it) once, with seed 0.
+# Each variant is trained on the *same* batches, then tested on fresh sequences of 16 to 128
+# tokens, up to four times the training length. The variants whose verdicts rest on training
+# (sinusoidal, learned with a table of 128, RoPE) and ALiBi are trained once per seed of `SEEDS`
+# (three; `lookback_accuracy_over_seeds` in `book.claims.ch04`); the two controls (no positions,
+# which cannot express the task, and the table of 32, which cannot run past it) once, with
+# seed 0.
 #
 # **The tests, fixed before the run.** C14 ("quality drops past the training length"): every
 # seed of the sinusoidal model reaches `LEARNED` = 0.9 at 32 tokens, and its mean accuracy at
 # twice the training length and beyond is at least `DROP` = 0.3 lower. C15 ("extrapolates
 # better"): just past the training length (48 and 64 tokens) RoPE's mean accuracy beats the
-# sinusoidal model's by at least `BETTER` = 0.1; it "extrapolates" outright if it also keeps
-# its accuracy (within `DROP`) at four times the training length.
+# sinusoidal model's by at least `BETTER` = 0.1; it "extrapolates" outright if it also keeps its
+# accuracy (within `DROP`) at four times the training length.
 
 # %%
 # Models this small run fastest on one thread: waking a second thread for every tiny matrix
@@ -1119,18 +1091,14 @@ ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 fig.tight_layout()
 
 # %% [markdown]
-# Read the figure from left to right. Inside the grey band, every model with positions
-# solves the task, and the model without positions is stuck near chance — C11 in a trained
-# model: without positions, "three before the last" is not even expressible. (Its small edge
-# over 1/16 comes from what it can see: the answer is always one of the tokens present.) The
-# sinusoidal model learned most slowly, but it got there. **ALiBi** did not learn the task at
-# all, on any seed, even inside the band: its bias is the same for a key three back and
-# three ahead, and it only falls with the distance, so the last token's attention can favour
-# *near* keys but never single out the one exactly three back; the model ends where the
-# blind one does. (In decoders, where a causal mask adds a direction, ALiBi models do learn
-# to locate tokens; we did not test that here.) The
-# scheme built to extrapolate has nothing to extrapolate on this task. Past the band, the
-# picture changes for the others.
+# Inside the grey band, every model with positions solves the task, and the model without
+# positions is stuck near chance — C11 in a trained model: without positions, "three before the
+# last" is not expressible. The sinusoidal model learned slowest. **ALiBi** did not learn the
+# task at all, on any seed, even inside the band: its bias is the same for a key three back and
+# three ahead and only falls with distance, so the last token can favour *near* keys but never
+# single out the one exactly three back; it ends where the blind model does. (In decoders a
+# causal mask adds a direction, and ALiBi models do learn to locate tokens; untested here.) Past
+# the band, the others diverge.
 
 # %%
 acc = {name: dict(zip(TEST_LENGTHS, accs, strict=True)) for name, accs in accuracy.items()}
@@ -1154,19 +1122,18 @@ print(f"RoPE mean accuracy at 128 tokens (4x the training length): {mean_acc['Ro
 
 # %% [markdown]
 # - The **learned table of 32** cannot be run past 32 tokens at all.
-# - The **learned table of 128** runs, and is at chance as soon as the sequence reaches the
-#   rows training never touched: an untrained row is noise, not a position.
-# - The **sinusoidal** model runs at any length — its table is a formula — but its accuracy
-#   collapses from perfect to near chance already at 1.5 times the training length.
+# - The **learned table of 128** runs, and is at chance as soon as the sequence reaches rows
+#   training never touched: an untrained row is noise, not a position.
+# - The **sinusoidal** model runs at any length, but its accuracy collapses from perfect to
+#   near chance already at 1.5 times the training length.
 # - **RoPE** holds up best just past the training lengths (mean 0.78 at 48 tokens over three
 #   seeds, the worst seed 0.67), with a wide spread between seeds further out (0.34 to 0.84
 #   at 64 tokens), and it too falls towards chance by four times the training length.
 #
-# Why the difference between sinusoidal and RoPE, and why does RoPE fail at all? The two
-# explanations to separate are *new absolute positions* and *new distances*. We can pull
-# them apart: take 128-token sequences but let the model see only the **last 32 tokens**
-# (the rest are masked out like padding). The visible tokens then sit at positions 96–127,
-# never seen in training, but they are never more than 31 apart — no new distances.
+# Why does the sinusoidal model fail sooner, and why does RoPE fail at all? The candidates are
+# *new absolute positions* and *new distances*. To pull them apart, take 128-token sequences but
+# let the model see only the **last 32 tokens**: the visible tokens sit at positions 96–127,
+# never seen in training, but never more than 31 apart — no new distances.
 
 # %%
 far_window = {
@@ -1182,15 +1149,12 @@ assert far_window["sinusoidal"] < far_window["RoPE"] - 0.1  # new absolute posit
 assert far_window["learned, table 128"] < 0.3
 
 # %% [markdown]
-# RoPE does not care where the window sits: it answers perfectly, as it must, since its
-# scores see only distances. The sinusoidal model partly transfers — the rotation structure
-# of section 4.3 gives it *some* relative information — but far from perfectly; it has
-# learned partly in terms of absolute positions. So for the sinusoidal model, new positions
-# alone are a problem. For RoPE, the problem at long lengths must be the new *distances*.
-# Where does its last token look? Below, the attention of the last token (first layer,
-# each head), averaged over 256 sequences, by distance from it, at a training length (32)
-# and at four times that (128). `last_query_attention` reruns the first layer on the
-# model's own input, asking for its weights:
+# RoPE does not care where the window sits: it answers perfectly, as it must, since its scores
+# see only distances. The sinusoidal model only partly transfers: it has learned partly in terms
+# of absolute positions. For RoPE, the problem at long lengths must be the new *distances*.
+# Where does its last token look? Below, the attention of the last token (first layer, each
+# head), averaged over 256 sequences, by distance, at a training length (32) and at four times
+# that (128); `last_query_attention` reruns the first layer asking for its weights:
 
 
 # %%
@@ -1259,13 +1223,12 @@ assert max(at_target[128]) < 0.5 * min(at_target[32])  # at 128 the answer loses
 assert min(unseen_mass) > 0.5  # ... to keys at distances never seen in training
 
 # %% [markdown]
-# At 32 tokens both heads put most of their weight exactly three back. At 128 tokens most
-# of it goes to distances of 32 and more — distances at which the model's query and key
-# were never compared during training. Their rotation angles $(m-n)\theta_i$ produce scores
-# the model never learned to push down, and some of them happen to be large. That is the
-# known weakness of RoPE outside its training range, and the reason long-context models
-# stretch it (position interpolation, "NTK-aware" or YaRN rescaling of the frequencies) or
-# simply train on longer sequences.
+# At 32 tokens both heads put most of their weight exactly three back. At 128 tokens most goes
+# to distances of 32 and more, where query and key were never compared in training: their angles
+# $(m-n)\theta_i$ give scores the model never learned to push down, and some happen to be large.
+# That is RoPE's known weakness outside its training range, and why long-context models stretch
+# it (position interpolation, "NTK-aware" or YaRN rescaling of the frequencies) or train on
+# longer sequences.
 
 # %%
 record_claim(
@@ -1329,9 +1292,8 @@ record_claim(
 # A sceptic would not stop at three seeds, 400 steps and one small model. Both claims were
 # re-run with one change at a time — three other seeds, a 3× longer budget, a wider model
 # ($d_\text{model} = 64$) and a deeper and wider one (2 layers, $d_\text{model} = 64$) — and
-# judged by the same functions (`c14_sweep_run`, `c15_sweep_run` in `book.claims.ch04`, run
-# by `make sceptic CH=04`). The stored results, mean accuracy over the three seeds of each
-# setting:
+# judged by the same functions (`c14_sweep_run`, `c15_sweep_run` in `book.claims.ch04`, run by
+# `make sceptic CH=04`). The stored results, mean accuracy over each setting's three seeds:
 
 # %% tags=["nbval-check-output"]
 print("C14, sinusoidal:")
@@ -1340,44 +1302,38 @@ print("\nC15, RoPE against sinusoidal:")
 print(sweep_summary("C15", keys=["RoPE mean accuracy at 32/48/64/128 tokens", "sinusoidal"]))
 
 # %% [markdown]
-# **Verdict on C14: reproduced, under every change of the sweep.** The sinusoidal model has
-# no positional parameters and runs at every length, and it is exactly there that the "in
-# principle" ends: past the training lengths its accuracy falls to near chance — on other
-# seeds, with a 3× budget, and in the wider and the deeper models too, which learn the task
-# in range and extrapolate no better.
+# **Verdict on C14: reproduced, under every change of the sweep.** The sinusoidal model has no
+# positional parameters and runs at every length, but past the training lengths its accuracy
+# falls to near chance — on other seeds, with a 3× budget, and in the wider and deeper models.
 #
-# **Verdict on the learned encodings: reproduced.** The parameter count is linear in
-# max_len, and the table is a hard wall; a bigger table moves the wall without making the
-# rows behind it useful.
+# **Verdict on the learned encodings: reproduced.** The parameter count is linear in max_len,
+# and the table is a hard wall; a bigger table moves the wall without making the rows behind it
+# useful.
 #
-# **Verdict on C15: partly reproduced, under every change of the sweep; how far RoPE falls
-# at four times the training length depends on the model's size.** The exact parts hold
-# exactly: scores depend on $m - n$ only, and RoPE has no parameters. "Extrapolates better"
-# holds *relative to the other encodings*, in every setting of the sweep: just past the
-# training lengths RoPE keeps most of its accuracy (mean 0.78 at 48 tokens, 0.56 at 64, over
-# three seeds of the chapter's model) where the sinusoidal and learned models have almost
-# none (0.11 and 0.19 for the sinusoidal one), and it is immune to a mere shift of positions.
-# How much it keeps depends on the seed, though: at 64 tokens one seed kept 0.34, another
-# 0.84. At four times the training length the chapter's small model fails too, and the
-# diagnosis is clear: attention drifts to distances never trained — as the ALiBi paper
+# **Verdict on C15: partly reproduced, under every change of the sweep; how far RoPE falls at
+# four times the training length depends on the model's size.** The exact parts hold exactly:
+# scores depend on $m - n$ only, and RoPE has no parameters. "Extrapolates better" holds
+# *relative to the other encodings* in every setting: just past the training lengths RoPE keeps
+# most of its accuracy (mean 0.78 at 48 tokens, 0.56 at 64, over three seeds of the chapter's
+# model) where the sinusoidal and learned models have almost none (0.11 and 0.19 for the
+# sinusoidal one), and a mere shift of positions does not affect it. How much it keeps depends
+# on the seed (0.34 and 0.84 at 64 tokens). At four times the training length the small model
+# fails, with attention drifting to distances never trained, as the ALiBi paper
 # (Press et al., 2022) and later studies report for RoPE models trained without a
 # length-extension trick. That half softens with size: with $d_\text{model} = 64$, in one
 # layer or two, RoPE keeps about two thirds of its accuracy at 128 tokens and almost all of
-# it at 48 and 64 (the sweep above), where a longer budget changed nothing. It still falls
-# by more than our `DROP` there, so by our test it does not extrapolate outright at any size
-# we tried; "fails at 4×" is a property of the small model, "loses some of its accuracy at
-# 4×" of the larger ones. The ordering — RoPE far ahead of the sinusoidal table — held in
-# every setting.
+# it at 48 and 64 (the sweep above); a longer budget changed nothing. It still falls by more
+# than `DROP` there, so it does not extrapolate outright at any size we tried.
 
 # %% [markdown]
 # ## 4.7 ALiBi, and choosing an encoding
 #
-# ALiBi, the fifth variant of section 4.6, was designed for that section's experiment, train
-# short and test long; there it could not learn the task at all. Here is what it is.
-# **ALiBi** (Press, Smith and Lewis, 2022) adds no vector and rotates nothing: it subtracts
-# a penalty proportional to the distance from every attention score, $-s_h\,|i-j|$, with a
-# fixed slope $s_h$ per head (a geometric sequence, so that some heads look far and others
-# near). The package's `alibi_bias(num_heads, L)` is that penalty as an additive float mask.
+# ALiBi was designed for section 4.6's experiment, train short and test long, yet there it could
+# not learn the task at all. **ALiBi** (Press, Smith and Lewis, 2022) adds no vector and rotates
+# nothing: it subtracts from every attention score a penalty proportional to the distance,
+# $-s_h\,|i-j|$, with a fixed slope $s_h$ per head (a geometric sequence, so that some heads
+# look far and others near). The package's `alibi_bias(num_heads, L)` is that penalty as an
+# additive float mask.
 
 # %%
 bias = alibi_bias(4, 12)  # (H, Lq, Lk)
@@ -1400,28 +1356,25 @@ torch.testing.assert_close(longer[:, :12, :12], bias)  # a longer input only add
 assert float(longer.max()) == 0.0 and float(longer.min()) < float(bias.min())  # ... more negative
 
 # %% [markdown]
-# A longer input adds only *more negative* entries: far keys are pushed further down, so
-# attention meets nothing new at long lengths except stronger penalties on far keys — the
-# reason Press et al. found it to extrapolate gracefully, where sinusoidal and rotary
-# encodings degraded (on language modelling, with a causal mask). The price is a built-in
-# preference for nearby tokens: the penalty is monotone in distance, so on its own it cannot
-# single out "exactly three back" the way a rotation can — which is what section 4.6
-# measured: on our look-back task ALiBi stayed near chance at every length.
+# A longer input adds only *more negative* entries: attention meets nothing new at long lengths
+# except stronger penalties on far keys — why Press et al. found it to extrapolate gracefully
+# where sinusoidal and rotary encodings degraded (on language modelling, with a causal mask).
+# The price is a built-in preference for nearby tokens: a penalty monotone in distance cannot
+# single out "exactly three back" the way a rotation can, as section 4.6 measured.
 #
 # **Which encoding, then?** From the article, and consistent with what we measured:
 #
-# - *Fixed, short lengths* (classification of inputs with a known maximum, say): a learned
-#   table is fine. In our run it learned the task as well as any other inside its range, and
-#   its one weakness — nothing past max_len — never comes up.
-# - *Variable or longer lengths*: prefer RoPE. It has no parameters and no absolute
-#   positions, and of the encodings we trained it degraded least just past the training
-#   range. But do not expect it to run at many times its training length unaided: extend
-#   it (position interpolation, frequency rescaling) or train on the lengths you need.
+# - *Fixed, short lengths* (classifying inputs with a known maximum, say): a learned table is
+#   fine; it learned our task as well as any other inside its range, and its one weakness,
+#   nothing past max_len, never comes up.
+# - *Variable or longer lengths*: RoPE, with no parameters and no absolute positions, degraded
+#   least just past the training range. At many times its training length, extend it
+#   (position interpolation, frequency rescaling) or train on the lengths you need.
 # - *Extrapolation with no fine-tuning*, where a recency bias is acceptable and the task
-#   does not hinge on exact offsets (our look-back task does, and ALiBi failed it): ALiBi.
+#   does not hinge on exact offsets (ours does, and ALiBi failed it): ALiBi.
 #
-# These are engineering defaults, not theorems: the right choice is the one that passes a
-# test like section 4.6 on *your* task and lengths.
+# These are defaults, not theorems: the right choice passes a test like section 4.6 on *your*
+# task and lengths.
 
 # %% [markdown]
 # ## Claims checked
@@ -1432,22 +1385,22 @@ claims_table()
 # %% [markdown]
 # ## Takeaways
 #
-# - Attention without positions is permutation-equivariant (and a pooled model is
-#   invariant): it sees a bag of tokens. A causal mask alone already leaks some order.
-# - The sinusoidal table gives each channel pair a circle turning at its own frequency,
-#   from a wavelength of $2\pi$ positions to nearly $2\pi\cdot 10000$: a smooth, multi-scale
-#   code, finer-grained than a binary counter.
+# - Attention without positions is permutation-equivariant (a pooled model is invariant): it
+#   sees a bag of tokens. A causal mask alone already leaks some order.
+# - The sinusoidal table turns each channel pair on a circle at its own frequency, wavelengths
+#   from $2\pi$ positions to nearly $2\pi\cdot 10000$: a smooth, multi-scale code, finer than a
+#   binary counter.
 # - Shifting by $k$ positions is one block rotation $M_k$, the same for every position; a
-#   least-squares fit finds it from the table alone (when the table is well conditioned).
-# - A learned table costs max_len × d_model parameters and stops at max_len; rows that
-#   training never reached are noise.
+#   least-squares fit finds it from a well-conditioned table alone.
+# - A learned table costs max_len × d_model parameters and stops at max_len; rows training
+#   never reached are noise.
 # - RoPE rotates queries and keys so that scores depend on $m - n$ only, with no parameters.
-#   It is translation-invariant, and in our experiment extrapolated best just past the
-#   training length; at 4× the small model failed (attention drifted to distances never
-#   trained), while wider models lost only part of their accuracy there.
+#   It is translation-invariant and extrapolated best just past the training length; at 4×
+#   the small model failed (attention drifted to untrained distances), wider ones lost part
+#   of their accuracy.
 # - Choose by measuring: learned for fixed short inputs, RoPE for variable lengths (extended
 #   for long ones), ALiBi for extrapolation with a recency bias where exact offsets do not
-#   matter (it could not learn our look-back task).
+#   matter.
 
 # %% [markdown]
 # ## Exercises

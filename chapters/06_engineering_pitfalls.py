@@ -503,8 +503,8 @@ claims.assert_c21_edge_cases(report32, report16, bias[0, -1].item(), cast_weight
 # slips — only the diagonal, one that also shows each token the next, a strict mask without
 # the diagonal, and the right triangle in the wrong polarity. Beside it, *no future leak*
 # (change the inputs after position $t$; outputs up to $t$ must not move) and *sees itself and
-# its past* (positive weight on every key $j \le i$), each run on a fixed random input `(1, 1,
-# L, 8)`.
+# its past* (positive weight on every key $j \le i$), each run on a fixed random input
+# `(1, 1, L, 8)`.
 
 # %%
 #| export

@@ -14,17 +14,16 @@
 # %% [markdown]
 # # Chapter 5 — How attention captures long-range dependencies, and what it costs
 #
-# Chapter 1 concluded that attention does not *remember* better than a recurrent
-# network, it simply does not have to pass a message along a chain. This chapter checks that
-# promise on one running example and then pays the bill. The example is a long "document"
-# whose opening names a topic and whose very last token draws a conclusion; whether the
-# conclusion is consistent depends on both, with a few hundred tokens of filler in between.
-# We measure how many steps separate the two tokens inside a model and the gradient
-# that links them; we train a one-layer attention model and look at where its last token
-# looks; we measure, byte by byte, what the $n \times n$ table of scores costs as documents
-# grow; and we swap in four cheaper attention patterns — a sliding window, a window with a
-# global token, BigBird's block-sparse layout and kernelised linear attention — to see which
-# of them keep the long-range link and what each one saves.
+# Chapter 1 concluded that attention does not *remember* better than a recurrent network; it
+# simply does not pass a message along a chain. This chapter checks that promise on one
+# running example and then pays the bill. The example is a long "document" whose opening names
+# a topic and whose last token draws a conclusion, consistent or not, with a few hundred
+# tokens of filler between. We measure the steps and the gradient that link the two tokens
+# inside a model; train a one-layer attention model and look at where its last token looks;
+# measure, byte by byte, what the $n \times n$ table of scores costs as documents grow; and
+# swap in four cheaper patterns — a sliding window, a window with a global token, BigBird's
+# block-sparse layout and kernelised linear attention — to see which keep the long-range link
+# and what each saves.
 
 # %% [markdown]
 # **Learning goals.** After this chapter you can
@@ -34,11 +33,10 @@
 # - say what "the gradient does not vanish with distance" does and does not promise (it is
 #   diluted by the length instead);
 # - read a trained model's attention row and tell a long-range link from filler;
-# - measure the memory and compute of attention exactly, and show that doubling the length
+# - measure attention's memory and compute exactly, and show that doubling the length
 #   quadruples both;
-# - predict, from a variant's attention pattern composed over its layers, whether it can
-#   possibly solve a long-range task (reach is necessary, not sufficient), and weigh accuracy
-#   against measured cost.
+# - predict from a variant's attention pattern, composed over its layers, whether it can
+#   possibly solve a long-range task, and weigh accuracy against measured cost.
 
 # %%
 #| default_exp ch05
@@ -97,15 +95,15 @@ make_deterministic(0)
 # %% [markdown]
 # ## 5.1 The running example: a document with a beginning and an end
 #
-# Real long-range dependencies are hard to isolate in real text, so we build documents in
-# which we know exactly which two tokens matter. The vocabulary has two **topic** tokens
-# (`T0`, `T1`), two **conclusion** tokens (`C0`, `C1`) and 32 **filler** tokens. A document
-# is filler, except one topic token somewhere in its opening quarter and one conclusion token
-# at the very end. The label says whether the conclusion agrees with the topic:
-# $\text{label} = (\text{topic} + \text{conclusion}) \bmod 2$, so `T0 … C0` and `T1 … C1`
-# are *consistent* (0) and the mixed pairs *contradict* (1). Neither token alone says anything
-# about the label, and the filler says nothing at all: a model must bring the first quarter
-# and the last token together. The generator, for any number of topics:
+# Long-range dependencies are hard to isolate in real text, so we build documents in which we
+# know which two tokens matter. The vocabulary has two **topic** tokens (`T0`, `T1`), two
+# **conclusion** tokens (`C0`, `C1`) and 32 **filler** tokens. A document is filler, except
+# one topic token in its opening quarter and one conclusion token at the very end. The label
+# says whether the conclusion agrees with the topic: $\text{label} = (\text{topic} +
+# \text{conclusion}) \bmod 2$, so `T0 … C0` and `T1 … C1` are *consistent* (0) and the mixed
+# pairs *contradict* (1). Neither token alone says anything about the label, nor does the
+# filler: a model must bring the first quarter and the last token together. The generator, for
+# any number of topics:
 
 # %%
 #| export
@@ -199,10 +197,9 @@ for tokens, label in zip(example.tokens.tolist(), example.labels.tolist(), stric
     print(" ".join(token_name(t) for t in tokens), "→", LABELS[label])
 
 # %% [markdown]
-# That neither token alone carries information is a property of the generator worth
-# checking, since every later conclusion rests on it: over 20,000 documents, the share of
-# "contradicts" labels is the same (one half) whatever the topic, and whatever the
-# conclusion.
+# Every later conclusion rests on neither token alone carrying information, so we check it:
+# over 20,000 documents, the share of "contradicts" labels is one half whatever the topic, and
+# whatever the conclusion.
 
 # %% tags=["nbval-check-output"]
 big = topic_documents(20_000, 32, generator=torch.Generator().manual_seed(1))
@@ -221,17 +218,16 @@ assert bool(((big.topics + big.conclusions) % 2 == big.labels).all())
 #
 # ### Counting the steps
 #
-# Chapter 1 measured path lengths in **rounds** of mixing: `path_lengths` reports, for every
-# input position $j$, the fewest rounds after which $\partial y_t / \partial x_j \neq 0$ at
-# the output position $t$ (a per-token Jacobian, measured on values), or *no path*. For a
-# recurrent network a round is one application of its cell at every position
-# (`recurrence_rounds`), for an attention stack one layer (`layer_rounds`). We embed one
-# 48-token document and measure an LSTM, one attention layer and a two-layer encoder, and,
-# as a control that must fail, a stack of per-token layers that mixes nothing. The
-# prediction: $d + 1$ rounds at distance $d = t - j$ for the LSTM (the cell that reads
-# $x_j$, then $d$ updates of the state), one layer at every distance for both attention
-# models (the encoder's second layer adds nothing: after its first layer every token already
-# reaches every position), and no path for the control except from token $t$ itself.
+# As in chapter 1, `path_lengths` reports, for every input position $j$, the fewest **rounds**
+# of mixing after which $\partial y_t / \partial x_j \neq 0$ at the output position $t$ (a
+# per-token Jacobian, measured on values), or *no path*. A round is one application of a
+# recurrent cell at every position (`recurrence_rounds`), or one attention layer
+# (`layer_rounds`). On one 48-token document we measure an LSTM, one attention layer, a
+# two-layer encoder and, as a control that must fail, a stack of per-token layers that mixes
+# nothing. The prediction: $d + 1$ rounds at distance $d = t - j$ for the LSTM (the cell that
+# reads $x_j$, then $d$ state updates), one layer at every distance for both attention models
+# (the encoder connects every pair after its first layer), and no path for the control except
+# from token $t$ itself.
 
 # %%
 WIDTH = 16
@@ -271,22 +267,19 @@ assert_c16_paths(
 path_attn = paths["attention, 1 layer"][1]
 
 # %% [markdown]
-# The result is exact. The LSTM's message from token $j$ crosses $t - j$ updates of the state
-# after the cell that reads it; one attention layer connects every pair directly; the
-# two-layer encoder already connects every pair after its first layer; and the control
-# reports no path from any other token, so the measurement can fail. (Counting operations
-# in the autograd graph would not measure dependence: feeding the attention layer
-# `torch.stack(tokens)` creates one graph node linked to every token, so every token would
-# seem a few operations from the output through its own residual path, crossing no attention
-# at all — and the per-token control would get a short path too.)
+# The result is exact, and the control reports no path from any other token, so the
+# measurement can fail. (Counting operations in the autograd graph would not measure
+# dependence: feeding the attention layer `torch.stack(tokens)` creates one node linked to
+# every token, so every token, the control's included, would seem a few operations from the
+# output through its own residual path.)
 #
 # ### The gradient along the path
 #
-# A short path is only useful if the gradient survives it. We measure
-# $\lVert \partial y_t / \partial x_j \rVert$ for the output at the last position of a
-# 256-token document, for a tanh RNN, an LSTM, one attention layer and the two-layer encoder,
-# all freshly initialised (float64, so that tiny numbers do not underflow; 8 random probes
-# per norm, see `gradient_vs_distance`).
+# A short path is only useful if the gradient survives it. We measure $\lVert \partial y_t /
+# \partial x_j \rVert$ for the output at the last position of a 256-token document, for a tanh
+# RNN, an LSTM, one attention layer and the two-layer encoder, all freshly initialised
+# (float64, so that tiny numbers do not underflow; 8 random probes per norm, see
+# `gradient_vs_distance`).
 
 # %%
 L_GRAD = 256
@@ -335,18 +328,15 @@ for name in ATTENTION:
 
 # %% [markdown]
 # The recurrent curves fall as straight lines on the log scale — exponentials, dozens of
-# orders of magnitude over 256 tokens — while the attention curves are flat. That is the
-# claim, measured, with two caveats. The recurrent half depends on the initialisation: these
-# are torch's defaults; with the usual positive forget-gate bias the LSTM keeps far more (the
-# sceptic's sweep at the verdict below). The attention half cannot fail as built: these
-# layers have no positions, so every key enters the output the same way whatever its
-# distance, and the curve is flat by symmetry (chapter 4's permutation equivariance). What
-# the measurement adds is the *level* of the flat curves: a few thousandths, far below what
-# the RNNs give their nearest neighbours. Attention's gradient is independent of the
-# distance, yet at initialisation the weights are almost uniform, $a_{tj} \approx 1/n$, and
-# the gradient reaching token $j$ through the value path carries that factor. So the
-# gradient should shrink like $1/n$ with the **length** of the
-# document. We test that prediction at six lengths.
+# orders of magnitude over 256 tokens — while the attention curves are flat. Two caveats. The
+# recurrent half depends on the initialisation: these are torch's defaults; with the usual
+# positive forget-gate bias the LSTM keeps far more (the sceptic's sweep below). The attention
+# half cannot fail as built: these layers have no positions, so the curve is flat by symmetry
+# (chapter 4's permutation equivariance). What the measurement adds is the curves' *level*: a
+# few thousandths, far below what the RNNs give their nearest neighbours. At initialisation
+# $a_{tj} \approx 1/n$, and the gradient reaching token $j$ through the value path carries
+# that factor, so it should shrink like $1/n$ with the **length** of the document. We test
+# that at six lengths.
 
 # %%
 LENGTHS_DILUTION = (32, 64, 128, 256, 512, 1024)
@@ -390,18 +380,17 @@ print(sweep_summary("C16"))
 
 # %% [markdown]
 # **Verdict on C16: reproduced at torch's default initialisation, partly with a forget-gate
-# bias of +1 or +3.** The path through attention is one layer for every pair, whatever the
-# distance, and the gradient is flat in the distance, where an RNN's and (at torch's
-# default) an LSTM's fall by dozens of orders of magnitude over 256 tokens. The sweep shows
-# the contrast's condition: other initial weights keep it, but the usual forget-gate bias +1
-# leaves the LSTM's far/near ratio at 1.9e-19 and +3 at 4.9e-04, above the verdict's
-# threshold (`C16_LSTM_VANISHED`): "dozens of orders of magnitude" describes torch's
-# default, not LSTMs as they are usually initialised. The refinement: "does not vanish with
-# distance" is not "does not shrink". At initialisation each token's share of the gradient
-# falls like $1/L$, because attention starts out spread evenly over all $L$ tokens. A needle
-# in a 1,000-token document gets about a thousandth of the signal — a dilution that a model
-# can undo by learning to *concentrate* its weights, which an RNN cannot do about its
-# exponential. Whether a trained model does concentrate is the next question.
+# bias of +1 or +3.** The path through attention is one layer for every pair, and the gradient
+# is flat in the distance, where an RNN's and (at torch's default) an LSTM's fall by dozens of
+# orders of magnitude over 256 tokens. The sweep shows the contrast's condition: other initial
+# weights keep it, but the usual forget-gate bias +1 leaves the LSTM's far/near ratio at
+# 1.9e-19 and +3 at 4.9e-04, above the verdict's threshold (`C16_LSTM_VANISHED`), so "dozens
+# of orders of magnitude" describes torch's default, not LSTMs as usually initialised. And
+# "does not vanish with distance" is not "does not shrink": at initialisation each token's
+# share of the gradient falls like $1/L$. A needle in a 1,000-token document gets about a
+# thousandth of the signal — a dilution a model can undo by learning to *concentrate* its
+# weights, which an RNN cannot do about its exponential. Whether a trained model does
+# concentrate is the next question.
 
 # %% [markdown]
 # ## 5.3 What a trained model looks at (C17)
@@ -410,16 +399,14 @@ print(sweep_summary("C16"))
 # word at the start and the conclusion at the end attend to each other, while the filler in
 # between gets little weight.*
 #
-# We train the smallest model that can solve the task: the package's `SequenceClassifier`
-# with one pre-LN encoder layer (width 32, 2 heads, feed-forward 64), **no positional
-# encoding** (what matters here is content, not position) and the prediction read from the
-# last token — the conclusion — so that its attention row is exactly where the model gathers
-# what it needs. Training uses 128-token documents, Adam (learning rate $3\cdot10^{-3}$,
-# gradient clipping at 1), 32 documents per step and 200 steps, with chapter 1's
-# `train_classifier`; torch's fused attention kernel does the training (`attn_fn=torch_sdpa`),
-# and the package's reference attention, which can return the weights, reads them afterwards.
-# A heat map of one trained model could be a fluke of its initialisation, so we train three,
-# with seeds 0, 1 and 2, and show seed 0.
+# We train the smallest model that can solve the task: the package's `SequenceClassifier` with
+# one pre-LN encoder layer (width 32, 2 heads, feed-forward 64), **no positional encoding**
+# (content matters here, not position) and the prediction read from the last token, the
+# conclusion, whose attention row is where the model gathers what it needs. Training:
+# 128-token documents, Adam (learning rate $3\cdot10^{-3}$, gradient clipping at 1), 32
+# documents per step, 200 steps, with chapter 1's `train_classifier`; torch's fused kernel
+# trains (`attn_fn=torch_sdpa`), and the reference attention reads the weights afterwards. One
+# heat map could be a fluke, so we train seeds 0, 1 and 2, and show seed 0.
 
 # %%
 #| export
@@ -494,13 +481,11 @@ legend = ax.legend(fontsize=8, loc="lower left")
 
 # %% [markdown]
 # The loss sits at chance ($\ln 2$) for a while — the model must first find the topic among
-# 127 other tokens, with the diluted gradient of section 5.2 — and then drops to zero once
-# the conclusion learns where to look. Some runs pause on a second plateau on the way:
-# about half the documents solved, the rest still guessed (the table below shows why
-# documents come in such groups). We test each model on fresh documents of the training
-# length **and four times longer** — no model saw a 512-token document in training — and then
-# switch its layer to the reference attention, which returns the weights (the same
-# computation, so the predictions must not change; the cell checks it).
+# 127 other tokens, with section 5.2's diluted gradient — then drops to zero once the
+# conclusion learns where to look, sometimes pausing on a second plateau with about half the
+# documents solved (the table below shows why). We test each model on fresh documents of the
+# training length **and four times longer** (unseen in training), then switch its layer to the
+# reference attention, which returns the weights; the predictions must not change (checked).
 
 
 # %%
@@ -534,9 +519,8 @@ for seed in SEEDS:
           f"{acc512[seed]:.3f} on 512-token documents")  # fmt: skip
 
 # %% [markdown]
-# The weights are read with a forward hook: `attention_maps` catches the input of a layer's
-# attention module during an ordinary forward pass and runs that module once more on it,
-# asking for its weights.
+# `attention_maps` reads the weights with a forward hook: it catches the input of a layer's
+# attention module and reruns the module on it, asking for its weights.
 
 
 # %%
@@ -590,10 +574,10 @@ def attention_maps(
 
 # %% [markdown]
 # Where does the conclusion look? Each row of the next figure is the conclusion's attention
-# row (the last query) in one 512-token document, one panel per head; the row label gives the
-# document's topic and conclusion. A key is one column of 512, too thin to see, so we show
-# the 21 keys centred on each document's topic token (the red frame; blank: before the
-# document's first token); every key outside them is filler.
+# row in one 512-token document, one panel per head, labelled with the document's topic and
+# conclusion. One key of 512 is too thin to see, so we show the 21 keys centred on the topic
+# token (red frame; blank: before the document's first token); every key outside them is
+# filler.
 
 # %%
 n_show = 12
@@ -627,8 +611,7 @@ del maps_show
 
 # %% [markdown]
 # One document in full, at the training length: every query's row, both heads. Only the last
-# row (the conclusion) feeds the prediction; no loss ever asked the other 127 rows to look
-# anywhere in particular.
+# row feeds the prediction; no loss asked the other 127 rows to look anywhere.
 
 # %%
 doc_id = next(i for i in range(512) if test128.topics[i] == test128.conclusions[i] == 0)
@@ -647,19 +630,18 @@ for ax in fig.axes[:2]:  # the one row the loss trains, the image's last: marked
 fig.set_size_inches(10, 4.6)
 
 # %% [markdown]
-# Two things stand out. The bright cells sit where the topic is: in the rows figure, in the
-# red frame — when the conclusion looks at the topic, it looks at almost nothing else. And in
-# the full map the link is a vertical *stripe*, not a single cell: many filler rows (of head 0,
-# here) find the topic too, although nothing trained them to. Training made the topic's *key*
-# easy to find, and any query that points in a similar direction finds it. An off-diagonal
-# stripe in a heat map says "a salient key", not "these two words are related".
+# Two things stand out. The bright cells sit in the red frame: when the conclusion looks at
+# the topic, it looks at almost nothing else. And in the full map the link is a vertical
+# *stripe*, not a single cell: many filler rows (of head 0, here) find the topic too, although
+# nothing trained them to. Training made the topic's *key* easy to find, and any query
+# pointing in a similar direction finds it. An off-diagonal stripe says "a salient key", not
+# "these two words are related".
 #
-# The rows figure also shows a catch: not every row has a bright cell. The table below
-# measures this over 48 documents per length and seed: the weight the conclusion puts on the
-# topic token (in the head that looks hardest), split by the four (topic, conclusion)
-# combinations; the ratio of the mean weight on the topic to that on one filler token; and the
-# *reverse* link, the topic token's weight on the conclusion, in units of the uniform weight
-# $1/L$. `topic_attention` reads these numbers off the maps:
+# Not every row has a bright cell, though. The table below measures, over 48 documents per
+# length and seed: the conclusion's weight on the topic token (in the head that looks hardest)
+# for each (topic, conclusion) combination; the ratio of the mean weight on the topic to that
+# on one filler token; and the *reverse* link, the topic token's weight on the conclusion, in
+# units of $1/L$. `topic_attention` reads these numbers off the maps:
 
 
 # %%
@@ -789,29 +771,27 @@ print(sweep_summary("C17"))
 
 # %% [markdown]
 # **Verdict on C17: partly reproduced, on seeds 0–2, on seeds 3–5 and at 600 steps** (the
-# sweep above). A combination counts as linked when the conclusion puts most of its weight
-# (over one half) on the one topic token; the claim asks for no sharper line, and whether the
-# topic stands out against the filler is the topic/filler ratio's test. The long-range link is
-# real and sharp: when the
-# conclusion attends to the topic it puts nearly all of its weight on that one token out of
-# 128 or 512, and the models read documents four times longer than any they were trained on
-# without losing accuracy — content-based attention does not care how far away the topic is.
-# Three parts of the claim do not survive as stated, and each is instructive:
+# sweep above). A combination counts as linked when the conclusion puts over half its weight
+# on the one topic token; the claim asks for no sharper line, and the topic/filler ratio tests
+# whether the topic stands out. The long-range link is real and sharp: when the conclusion
+# attends to the topic it puts nearly all its weight on that one token out of 128 or 512, and
+# the models read documents four times longer than any seen in training without losing
+# accuracy: content-based attention ignores distance. Three parts of the claim do not survive
+# as stated:
 #
-# - **The link runs one way.** The topic token's row looks at the conclusion about as much
-#   as at any other token — between half and twice the uniform weight $1/L$ (the reverse
-#   column) — because nothing in the loss asks it to: the prediction is read at the last
-#   token. Heat maps show what a model *needed*, not a symmetric relation between two words.
+# - **The link runs one way.** The topic token looks at the conclusion about as much as at any
+#   other token — between half and twice the uniform weight $1/L$ (the reverse column) —
+#   because nothing in the loss asks it to. Heat maps show what a model *needed*, not a
+#   symmetric relation.
 # - **The link is not in every document.** Which (topic, conclusion) combinations get a link
-#   differs from seed to seed — all four in one run, only some in the others (the table).
-#   With two topics, a conclusion can *search* for the topic it agrees with and conclude
-#   "contradicts" from not finding it; in those documents the heat map shows no link at all,
-#   yet the model classifies them perfectly. Attention weights are evidence of what a model
+#   differs from seed to seed (the table). With two topics, a conclusion can *search* for the
+#   topic it agrees with and conclude "contradicts" from not finding it; those documents show
+#   no link, yet are classified perfectly. Attention weights are evidence of what a model
 #   reads, not an explanation of its decision (chapter 9 returns to this).
 # - **"Filler gets little weight" holds per token, not in total.** An average filler token
-#   always gets far less than the topic, but when the conclusion finds nothing to link to, its
-#   weight has to go somewhere: over half of it spreads across the filler (the asserting cell
-#   checks this), harmlessly, because the average filler value is the same in every document.
+#   always gets far less than the topic, but when the conclusion finds nothing to link to,
+#   over half its weight spreads across the filler (the asserting cell checks this),
+#   harmlessly: the average filler value is the same in every document.
 
 # %% [markdown]
 # ## 5.4 The price: an $n \times n$ table (C18)
@@ -819,15 +799,15 @@ print(sweep_summary("C17"))
 # **Claim C18.** *Attention costs $O(n^2)$ computation and memory: doubling the length
 # quadruples both.*
 #
-# The reason is the table of scores $QK^\top$: one number per (query, key) pair, per head.
-# We measure four things for one dense attention call (batch 1, 2 heads, head width 32,
-# float32, no autograd) at lengths 256 to 2048:
+# The reason is the table of scores $QK^\top$: one number per (query, key) pair, per head. We
+# measure four things for one dense attention call (batch 1, 2 heads, head width 32, float32,
+# no autograd) at lengths 256 to 2048:
 #
-# - the bytes of the weight tensor itself (exact by construction: $B \cdot H \cdot n^2 \cdot 4$);
-# - the **peak** bytes the call holds at once, counted tensor by tensor by the package's
-#   `measure.memory` (a dispatch mode that sees every operator; exact and repeatable,
-#   unlike the process's memory use);
-# - the matrix-multiply FLOPs, counted by torch's `FlopCounterMode` (through the package's
+# - the bytes of the weight tensor itself (exact by construction: $B \cdot H \cdot n^2 \cdot
+#   4$);
+# - the **peak** bytes the call holds at once, counted tensor by tensor by `measure.memory`
+#   (exact and repeatable, unlike the process's memory use);
+# - the matrix-multiply FLOPs, counted by torch's `FlopCounterMode` (through
 #   `matmul_flop_counter`, which also counts the in-place products torch's table leaves out);
 # - the median wall-clock time (shown, never asserted: machines differ).
 
@@ -930,13 +910,12 @@ fig.tight_layout()
 # measurement agrees to the byte and to the FLOP: the weight tensor and the matrix products
 # grow by exactly 4 per doubling, and the call's peak — about three weight-sized tensors alive
 # at once (scores, their exponentials, the normalised weights), plus $O(n)$ terms that matter
-# less and less — by a factor that tends to 4 from below. Wall-clock time is not what the
-# claim counts (it counts operations), but it is what one waits for, and it follows the $n^2$
-# only roughly: at short lengths fixed overheads hide it (a doubling costs less than 4×), and
-# at long lengths, once the tables no longer fit in the processor's caches, memory traffic can
-# make a doubling cost more; the ratios printed above are this machine's. The rule "2× longer,
-# 4× the cost" is a statement about operations and bytes, and it is the memory that makes it
-# bite first: at $n = 32{,}768$ one head's float32 weight matrix alone is 4 GiB.
+# less and less — by a factor that tends to 4 from below. Wall-clock time, what one waits for,
+# follows the $n^2$ only roughly: at short lengths fixed overheads hide it, and once the
+# tables no longer fit in the processor's caches memory traffic can make a doubling cost more
+# (the ratios printed above are this machine's). "2× longer, 4× the cost" is about operations
+# and bytes, and memory bites first: at $n = 32{,}768$ one head's float32 weight matrix alone
+# is 4 GiB.
 
 # %% [markdown]
 # ## 5.5 Remedies, and what each gives up (C19)
@@ -949,17 +928,16 @@ fig.tight_layout()
 # classifier:
 #
 # - **window ±8**: query $i$ sees keys $i-8 \dots i+8$ (`sliding_window_attention`);
-# - **window + a global token**: the same, plus Longformer's global attention on one token
-#   (it sees everything and everything sees it). The token is *not* the read-out: a global
-#   read-out token would make a one-layer model compute exactly what full attention computes,
-#   a test that cannot fail. Here the global token must learn to relay;
+# - **window + a global token**: the same, plus Longformer's global attention on one token (it
+#   sees everything and everything sees it). The token is *not* the read-out, which would make
+#   a one-layer model compute exactly what full attention computes: a test that cannot fail;
 # - **BigBird, blocks of 8**: a block sees its neighbour blocks, the first block (global) and
 #   one random block (`block_sparse_attention` on `bigbird_layout`);
-# - **linear (elu + 1)**: every key, but through the feature map $\varphi(x) = \mathrm{elu}(x)+1$
+# - **linear (elu + 1)**: every key, through the feature map $\varphi(x) = \mathrm{elu}(x)+1$
 #   instead of a softmax (`linear_attention`), computed as $\varphi(Q)\,(\varphi(K)^\top V)$
 #   without the $n \times n$ table.
 #
-# The patterns, drawn from the wrappers' own masks on a short sequence:
+# The patterns, drawn from the wrappers' own masks:
 
 # %%
 fig = attention_patterns()
@@ -967,9 +945,9 @@ fig = attention_patterns()
 # %% [markdown]
 # ### What can the conclusion see?
 #
-# Before training anything, the pattern alone makes a prediction. Each wrapper can return its
-# equivalent dense mask; the last row is what the conclusion may attend to. The topic lives
-# in the first 32 positions.
+# Before training anything, the pattern alone makes a prediction. Each wrapper returns its
+# equivalent dense mask; the last row is what the conclusion may attend to. The topic lives in
+# the first 32 positions.
 
 # %%
 variants = {
@@ -1005,11 +983,11 @@ ax.figure.set_size_inches(10, 2.8)
 
 # %% [markdown]
 # If a model uses every topic it can see and guesses when it sees none, its accuracy is
-# $\tfrac12 + \tfrac12 \cdot$ (the share of the topic span it can reach) (`predicted_accuracy`).
-# The same prediction for 512-token documents (topic in the first 128 positions) will be
-# tested too: there the window is as blind as before, and BigBird's layout has 64 blocks
-# instead of 16. With one layer, the global token (position 64, a filler) gives the
-# conclusion nothing: what it holds is its own input.
+# $\tfrac12 + \tfrac12 \cdot$ (the share of the topic span it can reach)
+# (`predicted_accuracy`). The prediction is also tested on 512-token documents (topic in the
+# first 128 positions), where the window is as blind and BigBird's layout has 64 blocks
+# instead of 16. With one layer, the global token (position 64, a filler) gives the conclusion
+# nothing: it holds only its own input.
 
 
 # %%
@@ -1041,12 +1019,11 @@ for name in reach_rows:
 # %% [markdown]
 # ### Training each variant on the same budget
 #
-# Same one-layer model, same seed (hence the same initial weights and the same documents),
-# same 200 steps; only `attn_fn` changes. The full-attention model is seed 0 of section 5.3.
-# BigBird and linear attention get the two other seeds as well, because their verdicts turn
-# on what they learn, which one run cannot show (the window's does not: its mask decides).
-# (The global-token variant is blind in one layer; it is trained in the next subsection, with
-# depth.)
+# Same one-layer model, same seed (hence the same initial weights and documents), same 200
+# steps; only `attn_fn` changes. The full-attention model is seed 0 of section 5.3. BigBird
+# and linear attention also get the two other seeds, because their verdicts turn on what they
+# learn (the window's mask decides its verdict). The global-token variant, blind in one layer,
+# is trained in the next subsection, with depth.
 
 # %%
 runs = {"full attention": dense_run}
@@ -1082,11 +1059,10 @@ ax.legend(fontsize=8, loc="lower left")
 ax.figure.set_size_inches(7.5, 4.2)
 
 # %% [markdown]
-# The window cannot see the topic, so it must stay at chance: its mask decides that, and the
-# check below fails if anything leaks past it. BigBird is judged by
-# `c19_reach_verdict_at_lengths` against the predictions written above, on all three seeds
-# and at both lengths:
-# "reproduced" when its mean accuracy lands within 0.1 of what its reach predicts.
+# The window cannot see the topic, so it must stay at chance; the check below fails if
+# anything leaks past its mask. BigBird is judged by `c19_reach_verdict_at_lengths` against
+# the predictions above, on all three seeds and at both lengths: "reproduced" when its mean
+# accuracy lands within 0.1 of what its reach predicts.
 
 # %%
 assert_c19_blind_at_chance({"window ±8": [acc["window ±8"], acc_long["window ±8"]]},
@@ -1137,8 +1113,7 @@ print(sweep_summary("C19 window"))
 #
 # One window layer is blind to the topic, but every layer moves information one window
 # further, and a global token can gather in one layer what the read-out reads in the next
-# (`reach_after` composes a mask with itself, one application per layer; the figure draws
-# the last row of its result):
+# (`reach_after` composes a mask with itself once per layer; the figure draws the last row):
 
 
 # %%
@@ -1165,25 +1140,23 @@ def reach_after(allowed: torch.Tensor, depth: int) -> torch.Tensor:
 fig = window_reach_by_depth()
 
 # %% [markdown]
-# So the real test of "reach decides" is depth: a model whose reach, after all its layers,
-# covers the topic span should solve the task, one whose reach does not should stay at
-# chance — whatever it has to learn on the way (to relay the topic from token to token, or
-# through the global token). Deep models at 128 tokens cost more than this chapter's budget,
-# so this test uses a shorter version of the same documents: 32 tokens, the topic in the
-# first 8, the conclusion last. Two patterns, each at a depth that is blind and one that
-# reaches the whole span:
+# So the real test of "reach decides" is depth: a model whose reach after all its layers
+# covers the topic span should solve the task, one whose reach does not should stay at chance
+# — whatever it must learn on the way (to relay the topic from token to token, or through the
+# global token). Deep models at 128 tokens exceed this chapter's budget, so this test uses
+# shorter documents: 32 tokens, the topic in the first 8, the conclusion last. Two patterns,
+# each at a blind depth and at one that reaches the whole span:
 #
 # - **window ±12**: one layer reaches back 12 positions (blind), three layers three times as
 #   far (all of it);
 # - **window ±4 + global token 16** (a filler in the middle, not the read-out): one layer is
-#   blind, two layers reach everything through the global token.
+#   blind, two reach everything through the global token.
 #
-# The deep, sighted models are trained with seeds 0, 1 and 2; the blind ones, whose result
-# the mask decides, with seed 0. For speed they run as dense attention under the variant's
-# own mask (`MaskedAttnFn`: the same function as the kernel, which section 5.5's tests check
-# against exactly this). Thresholds, from the claim, before the run: chance means mean
-# accuracy below `C19_CHANCE_BELOW`, solved above `C19_SOLVED_ABOVE`, and a configuration
-# matches its prediction within 0.1.
+# The deep, sighted models are trained with seeds 0, 1 and 2; the blind ones, whose result the
+# mask decides, with seed 0. For speed they run as dense attention under the variant's own
+# mask (`MaskedAttnFn`, checked against the kernel in section 5.5's tests). Thresholds, from
+# the claim, before the run: chance is mean accuracy below `C19_CHANCE_BELOW`, solved above
+# `C19_SOLVED_ABOVE`, and a match is within 0.1 of the prediction.
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 SHORT_LEN, SHORT_SPAN = 32, 8
@@ -1233,9 +1206,9 @@ print(deep_classifier(SlidingWindowAttnFn(12, 12), 3))
 
 # %% [markdown]
 # Depth restoring reach is the book's extension, not the article's claim, so it gets its own
-# id: the blind depth must be at chance (nothing leaks), and the verdict follows whether the
-# depth that reaches the span also solves the task. The sweep below it tries other seeds,
-# longer budgets, and a wider window with fewer layers.
+# id: the blind depth must be at chance, and the verdict follows whether the depth that
+# reaches the span also solves the task. The sweep tries other seeds, longer budgets, and a
+# wider window with fewer layers.
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 window_names = [n for n in depth_configs if n.startswith("window ±12")]
@@ -1258,10 +1231,10 @@ record_claim(
 print(sweep_summary("C19 window depth"))
 
 # %% [markdown]
-# The relay through a global token is the book's extension too: blind in one layer, and in
-# two layers only as good as the relay the model learns. Longformer marks its global tokens
-# with their own ids; here position 16 holds a random filler, so the sweep adds a
-# Longformer-faithful run where it holds a dedicated token id.
+# The relay through a global token is the book's extension too: blind in one layer, and in two
+# only as good as the relay the model learns. Longformer marks its global tokens with their
+# own ids; here position 16 holds a random filler, so the sweep adds a Longformer-faithful run
+# with a dedicated token id there.
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 global_names = [n for n in depth_configs if "global" in n]
@@ -1284,9 +1257,9 @@ record_claim(
 print(sweep_summary("C19 global relay"))
 
 # %% [markdown]
-# Full attention and linear attention can both see the topic; the question is how fast each
-# learns to use it. For every seed: the first step at which the 20-step average loss drops
-# below 0.1 (the task solved; "—" if it never did within 200 steps) and the final accuracy.
+# Full attention and linear attention both see the topic; the question is how fast each learns
+# to use it. For every seed: the first step at which the 20-step average loss drops below 0.1
+# (solved; "—" if not within 200 steps) and the final accuracy.
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 solved_at = {
@@ -1308,10 +1281,10 @@ print(f"accuracy, linear (elu+1): {linear_acc}")
 # %% [markdown]
 # ### What each variant costs
 #
-# The same measurements as in section 5.4, now for one call of each variant at lengths up to
-# 4096 (dense stops at 2048), plus FlashAttention (`flash_attention`), the exact tiled
-# algorithm of chapter 6, as a reference: it computes the same result as dense attention
-# without ever holding the table.
+# The measurements of section 5.4, now for one call of each variant at lengths up to 4096
+# (dense stops at 2048), plus FlashAttention (`flash_attention`, chapter 6's exact tiled
+# algorithm) as a reference: the same result as dense attention without ever holding the
+# table.
 
 # %%
 LENGTHS_COST = (256, 512, 1024, 2048, 4096)
@@ -1401,9 +1374,8 @@ record_claim(
 )
 
 # %% [markdown]
-# Accuracy against cost: each variant trained on 128-token documents placed by its accuracy
-# (mean over the seeds it ran, with min–max bars) and the peak memory and time of one call at
-# $n = 2048$.
+# Accuracy against cost: each variant's accuracy on 128-token documents (mean over the seeds
+# it ran, min–max bars) against the peak memory and time of one call at $n = 2048$.
 
 # %%
 acc_seeds = {"full attention": [r.accuracy for r in dense_runs.values()],
@@ -1435,12 +1407,12 @@ fig.tight_layout()
 # %% [markdown]
 # ### What linear attention gives up
 #
-# Linear attention reached every key. What it lacks is shown by writing its weights out:
-# $w_{ij} = \varphi(q_i)\cdot\varphi(k_j) / \sum_l \varphi(q_i)\cdot\varphi(k_l)$. That is a
-# product of an $n \times d$ and a $d \times n$ matrix, row-normalised, so the weight matrix has
-# **rank at most $d$** (the head width), whatever $n$ is; a softmax of the same scores has
-# full rank. We build the weights from the formula, check that they reproduce the package's
-# `linear_attention`, and compare ranks.
+# Linear attention reached every key. Writing its weights out shows what it lacks: $w_{ij} =
+# \varphi(q_i)\cdot\varphi(k_j) / \sum_l \varphi(q_i)\cdot\varphi(k_l)$ is a product of an $n
+# \times d$ and a $d \times n$ matrix, row-normalised, so the weight matrix has **rank at most
+# $d$** (the head width), whatever $n$ is; a softmax of the same scores has full rank. We
+# build the weights from the formula, check them against the package's `linear_attention`, and
+# compare ranks.
 
 # %%
 q, k, v = (t.double() for t in make_qkv(64, head_dim=8, seed=3))  # (1, 2, 64, 8), float64
@@ -1459,16 +1431,16 @@ print(f"rank of the 64 × 64 weights, head width 8: linear {rank_linear}, softma
 assert rank_linear <= 8 and rank_softmax == 64
 
 # %% [markdown]
-# The rank limit does not matter when one query needs one key, as in our task: the model can
-# push the fillers' features towards zero (elu + 1 is near 0 for very negative inputs) and
-# keep the topic's large. It matters when many queries must each pick out a *different* key
-# — associative recall over many facts — which is where linear attention is reported to fall
-# behind softmax attention at equal size.
+# The rank limit does not matter when one query needs one key, as here: the model can push the
+# fillers' features towards zero (elu + 1 is near 0 for very negative inputs) and keep the
+# topic's large. It matters when many queries must each pick out a *different* key —
+# associative recall over many facts — where linear attention is reported to fall behind
+# softmax attention at equal size.
 
 # %% [markdown]
-# The linear verdict, judged on its three seeds: every linear seed must solve the task later
-# than every full-attention seed, and at least one must solve it (a ceiling would show as no
-# seed getting there).
+# The linear verdict, on its three seeds: every linear seed must solve the task later than
+# every full-attention seed, and at least one must solve it (a ceiling would show as no seed
+# getting there).
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 full_solved = [solved_at["full", seed] for seed in SEEDS]
@@ -1491,46 +1463,45 @@ print(sweep_summary("C19 linear"))
 # **Verdicts on C19, one per remedy.**
 #
 # - **Cost — reproduced.** Every remedy's peak memory and FLOPs grow linearly with $n$ (fitted
-#   exponents near 1 in the table) while dense attention's grow quadratically. FlashAttention
-#   shows that the two halves of the $O(n^2)$ claim can be separated: its memory grows no
-#   faster than $n$, yet, being exact, it must still score all $n^2$ pairs: its FLOPs are
-#   dense attention's to the last one. Time is shown, not asserted: the window, block-sparse
-#   and flash kernels loop in Python over heads and blocks, so at short lengths they can be
-#   slower than the dense call (right panel; this machine's timings).
+#   exponents near 1 in the table), dense attention's quadratically. FlashAttention separates
+#   the two halves of the $O(n^2)$ claim: its memory grows no faster than $n$, yet, being
+#   exact, it still scores all $n^2$ pairs: its FLOPs are dense attention's to the last one.
+#   Time is shown, not asserted: the window, block-sparse and flash kernels loop in Python
+#   over heads and blocks, so at short lengths they can be slower than the dense call (right
+#   panel; this machine's timings).
 # - **Sliding window (the article's part) — reproduced**, on seeds 0, 3, 4, 5 and at 600
 #   steps. One ±8 layer cannot see the topic and stays at chance while full attention, trained
 #   alike, solves the task: the window does lose the long-range reach.
 # - **Depth restores the reach (the book's extension) — partly, at every budget we could
-#   afford.** The three-layer ±12 model on 32-token documents, whose reach covers the whole
-#   topic span, stayed at chance on seeds 0–2 and 3–5 and at 600 and 2000 steps (the sweep);
-#   a wider window with fewer layers, ±16 × 2, learned it on two seeds of three in 1000 steps
+#   afford.** The three-layer ±12 model on 32-token documents, whose reach covers the topic
+#   span, stayed at chance on seeds 0–2 and 3–5 and at 600 and 2000 steps (the sweep); a wider
+#   window with fewer layers, ±16 × 2, learned it on two seeds of three in 1000 steps
 #   (1.00/0.46/1.00). Reach is necessary, not sufficient: the model must learn to pass the
 #   topic on from window to window, and whether it does within a budget depends on the seed
-#   and the window, not only on the reach.
+#   and the window.
 # - **Global tokens cut the cost (the article's part) — reproduced**: the window + global
 #   pattern's memory and FLOPs grow like $n$ (the cost table).
 # - **A global token relays the topic (the book's extension) — not reproduced at 200 and 600
-#   steps, partly at 2000.** A global token that is not the read-out is useless in one
-#   layer, as its mask predicts; in two layers it could relay the topic to the conclusion,
-#   but the models stayed at chance on seeds 0–5 at 200 steps and on seeds 0–2 at 600. At
-#   2000 steps one seed of three learned the relay (1.00/0.46/0.51); with a
-#   Longformer-faithful dedicated id on the global position, two seeds moved off chance
-#   within 1000 steps (0.52/0.75/1.00). The relay is learnable, slowly and not on every
-#   seed. (Making the read-out itself global, as Longformer does for its classification
-#   token, would be full attention in one layer: a test that could not fail.)
+#   steps, partly at 2000.** A global token that is not the read-out is useless in one layer,
+#   as its mask predicts; in two layers it could relay the topic, but the models stayed at
+#   chance on seeds 0–5 at 200 steps and on seeds 0–2 at 600. At 2000 steps one seed of three
+#   learned the relay (1.00/0.46/0.51); with a Longformer-faithful dedicated id on the global
+#   position, two seeds moved off chance within 1000 steps (0.52/0.75/1.00). The relay is
+#   learnable, slowly and not on every seed. (A global read-out, as Longformer's
+#   classification token, would be full attention in one layer: a test that could not fail.)
 # - **BigBird — reproduced** (three seeds). The block pattern reaches part of the topic span
 #   (the global first block; at 128 tokens the random block fell outside it), and the mean
 #   accuracy lands where that reach predicts, at 128 tokens and at 512, with the seeds close
 #   together.
-# - **Linear attention — partly reproduced at 200 steps (seeds 0–2 and 3–5), not reproduced
-#   at 600.** It *can* learn the task: it sees every key, and its best seed classifies as
-#   well as full attention. But it learns more slowly — every seed needed more steps than
-#   every full-attention seed, and two of the three did not get there within 200 steps (the
-#   seed table) — so at that budget its mean accuracy is lower (0.85, min 0.76, max 1.00,
-#   against 1.00 on every full-attention seed). Given 600 steps every linear seed reaches
-#   1.00 (the sweep): the loss is one of optimisation speed, not of accuracy. The structural
-#   price of linearity (weights of rank at most $d$) costs nothing on a task with one sharp
-#   lookup; it shows on tasks that need many different sharp lookups at once.
+# - **Linear attention — partly reproduced at 200 steps (seeds 0–2 and 3–5), not reproduced at
+#   600.** It *can* learn the task: it sees every key, and its best seed classifies as well as
+#   full attention. But it learns more slowly — every seed needed more steps than every
+#   full-attention seed, and two of the three did not get there within 200 steps (the seed
+#   table) — so at that budget its mean accuracy is lower (0.85, min 0.76, max 1.00, against
+#   1.00 on every full-attention seed). Given 600 steps every linear seed reaches 1.00 (the
+#   sweep): the loss is one of optimisation speed, not accuracy. The rank limit costs nothing
+#   on a task with one sharp lookup; it shows on tasks that need many different sharp lookups
+#   at once.
 
 # %% [markdown]
 # ## Claims checked
@@ -1545,27 +1516,27 @@ claims_table()
 #   The gradient through attention is flat in the distance, while a recurrent network's falls
 #   exponentially.
 # - Flat is not large: at initialisation each token's gradient is diluted like $1/L$. Training
-#   concentrates attention, which is what makes the long-range link usable.
+#   concentrates attention, which makes the long-range link usable.
 # - A trained model's heat map shows what it needed — here a one-way link from the conclusion
-#   to the topic, and only for the (topic, conclusion) pairs the model chose to search for —
-#   not a symmetric relation.
+#   to the topic, only for the (topic, conclusion) pairs the model chose to search for — not a
+#   symmetric relation.
 # - Dense attention's memory and FLOPs grow exactly 4× per doubling of the length; the score
-#   table is what runs out first.
+#   table runs out first.
 # - Cheaper patterns keep the reach their mask allows, composed over the layers: a window
-#   alone loses a distant topic (the article's claim); depth or a global token can bring it
-#   back only if the model learns the relay, which depended on the seed, the window and the
-#   budget (the book's extension); BigBird keeps what its blocks cover. Reach is necessary,
-#   not sufficient. Draw the mask row of the token that decides, after all layers, before
-#   training anything.
+#   alone loses a distant topic (the article's claim); depth or a global token bring it back
+#   only if the model learns the relay, which depended on the seed, the window and the budget
+#   (the book's extension); BigBird keeps what its blocks cover. Reach is necessary, not
+#   sufficient: draw the deciding token's mask row, after all layers, before training
+#   anything.
 #
 # ## Exercises
 #
 # Your workbook `my-exercises/05_long_range.py` (`make lab` copies it there) has six: the
-# memory of the score table for a given length, heads and dtype; band (sliding-window) attention
-# written with a mask; how many scores a window saves over full attention; linear attention with
-# $\varphi(x) = \mathrm{elu}(x) + 1$; the longest sequence whose scores fit in a memory
-# budget; and an experiment: predict the depth verdict for a window of ±16 × 2 layers at 600
-# steps, then run it. Check your answers in the notebook, or all at once with `make check CH=05`.
+# memory of the score table for a given length, heads and dtype; band (sliding-window)
+# attention as a mask; how many scores a window saves; linear attention with $\varphi(x) =
+# \mathrm{elu}(x) + 1$; the longest sequence whose scores fit a memory budget; and an
+# experiment: predict the depth verdict for a window of ±16 × 2 layers at 600 steps, then run
+# it. Check your answers in the notebook, or all at once with `make check CH=05`.
 #
 # ## Further reading
 #
@@ -1585,7 +1556,8 @@ claims_table()
 # - Katharopoulos, Vyas, Pappas, Fleuret (2020), *Transformers are RNNs: Fast Autoregressive
 #   Transformers with Linear Attention* — the elu + 1 feature map.
 # - Tay, Dehghani, Abnar, Shen, Bahri, Pham, Rao, Yang, Ruder, Metzler (2021), *Long Range
-#   Arena: A Benchmark for Efficient Transformers* — efficient variants compared on long tasks.
+#   Arena: A Benchmark for Efficient Transformers* — efficient variants compared on long
+#   tasks.
 # - Arora, Eyuboglu, Timalsina, Johnson, Poli, Zou, Rudra, Ré (2024), *Zoology: Measuring and
 #   Improving Recall in Efficient Language Models* — where linear attention falls behind.
 # - Dao, Fu, Ermon, Rudra, Ré (2022), *FlashAttention: Fast and Memory-Efficient Exact

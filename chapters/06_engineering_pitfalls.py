@@ -14,31 +14,28 @@
 # %% [markdown]
 # # Chapter 6 — Engineering pitfalls: masks, padding, half precision, memory
 #
-# Attention is a few lines of code, and most of the ways it goes wrong in practice are not in
-# the formula but around it: a mask that is missing, a mask written with the wrong constant or
-# the wrong polarity, padding that is attended to, a score matrix that overflows in half
-# precision, a score matrix that does not fit in memory. The article lists five such pitfalls
-# (C20–C24). This chapter reproduces each one on purpose, measures it, and tests the fix —
-# and, because the article leaves it for "later", adds the trade-off that dominates inference:
-# the key/value cache of a decoder, with multi-head, grouped-query and multi-query attention.
+# Attention is a few lines of code, and most of its failures lie around the formula, not in
+# it: a missing mask, a mask with the wrong constant or polarity, attended padding, a score
+# matrix that overflows in half precision or does not fit in memory. The article lists five
+# such pitfalls (C20–C24). This chapter reproduces each on purpose, measures it and tests the
+# fix, then adds the trade-off the article leaves for "later" and that dominates inference: a
+# decoder's key/value cache, with multi-head, grouped-query and multi-query attention.
 #
-# Everything runs on two CPU cores, with every model kept tiny. The language model of
-# section 6.1 is a one-block character model trained on real English text that ships with
-# Python itself (`pydoc_data.topics`, the help texts of the language reference): no
-# download, and a text a reader can open.
+# Everything runs on two CPU cores. Section 6.1's language model is a one-block character
+# model trained on English text that ships with Python (`pydoc_data.topics`, the language
+# reference's help texts): no download.
 
 # %% [markdown]
 # **Learning goals.** After this chapter you can
 #
 # - explain why a decoder trained without its causal mask looks excellent in training and is
 #   useless for generation, and measure both halves;
-# - choose the value that masks a score (`-inf` with a safe softmax), and say what `-1e9`,
-#   `-inf` and `finfo.min` do to a fully masked row and in float16;
+# - choose the value that masks a score, and say what `-1e9`, `-inf` and `finfo.min` do to a
+#   fully masked row and in float16;
 # - mask padding on the *keys*, convert between the package's polarity and
 #   `nn.MultiheadAttention`'s, and combine padding with a causal mask;
-# - predict the input scale at which a float16 `QKᵀ` overflows, and keep attention finite
-#   (scale first, softmax in float32, bfloat16, a max-score monitor);
-# - write FlashAttention-2's loop, and measure what it, and gradient checkpointing, save;
+# - predict the input scale at which a float16 `QKᵀ` overflows, and keep attention finite;
+# - write FlashAttention-2's loop, and measure what it and gradient checkpointing save;
 # - size a KV cache for MHA, GQA and MQA and measure what it buys when decoding.
 
 # %%
@@ -62,35 +59,29 @@ make_deterministic(0)
 # %% [markdown]
 # ## 6.1 The missing causal mask (C20)
 #
-# **In plain words.** A decoder is trained to predict token $t+1$ from tokens $0 \dots t$, all
-# positions of a window at once: the targets are the inputs shifted by one. The causal mask is
-# what keeps position $t$ from looking at position $t+1$ — which is *in the input*. Without it,
-# the cheapest solution is to copy the next input token, the training loss dives, and the
-# model has learned nothing it can use when generating, because at generation time the next
-# token does not exist yet. The claim (C20): without the mask the training loss falls fast but
-# generation collapses.
+# **In plain words.** A decoder learns to predict token $t+1$ from tokens $0 \dots t$, at all
+# positions of a window at once: the targets are the inputs shifted by one. The causal mask
+# keeps position $t$ from seeing position $t+1$, which is *in the input*. Without it the
+# cheapest solution is to copy the next input token: the training loss dives, and the model
+# learns nothing usable for generation, where the next token does not exist yet. The claim
+# (C20): without the mask the training loss falls fast but generation collapses.
 #
-# **The experiment.** The package's `DecoderBlock`, stacked into
-# `attention.decoder.CharDecoder` (token and learned position embeddings, blocks, a final
-# LayerNorm, a linear head), is trained on windows of the text with and without the mask, for
-# each of the book's three seeds, with the same weights at the start and the same batches.
-# Then, on held-out windows, two losses: the *teacher-forced* loss (all positions in one
-# forward pass, as in training) and the *honest* left-to-right loss, where the prediction for
-# position $t+1$ is read from a forward pass over tokens $0 \dots t$ only — what generation
-# sees. For a causal model the two are equal; the chapter checks that too.
+# **The experiment.** `attention.decoder.CharDecoder` (embeddings, the package's
+# `DecoderBlock`s, a linear head) is trained with and without the mask, for each of the book's
+# three seeds, from the same initial weights on the same batches. On held-out windows we
+# measure the *teacher-forced* loss (all positions in one pass, as in training) and the
+# *honest* left-to-right loss, which predicts $t+1$ from tokens $0 \dots t$ only, as
+# generation does. For a causal model the two are equal (checked).
 #
 # **Thresholds, from the claim, before the run.** "Falls fast": for every seed, the unmasked
-# model's final training loss is below half the masked model's. "Collapses": the unmasked
-# model's honest loss is worse than a model that ignores the context (the character
-# frequencies of the training text, the *unigram* loss), for every seed — while the masked
-# model beats that baseline for every seed.
+# model's final training loss is below half the masked model's. "Collapses": for every seed,
+# the unmasked model's honest loss is worse than the *unigram* loss (the training text's
+# character frequencies, ignoring the context), which the masked model beats.
 
 # %% [markdown]
-# **The data.** The text is split 90 / 10 in reading order, so the held-out part is text the
-# model never saw. Its baseline is the *unigram* loss: the cross-entropy of the held-out
-# characters under the character frequencies of the training part. (Cells that start with
-# `#| export` are copied by `make export` into the module `book.pages.ch06`, from which the
-# chapter's claims module, the exercise checks and the book's tests import them: this page is
+# **The data.** The text is split 90 / 10 in reading order, so the held-out part is unseen
+# text. (Cells starting with `#| export` are copied by `make export` into `book.pages.ch06`,
+# from which the claims module, the exercise checks and the tests import them: this page is
 # their one definition.)
 
 # %%
@@ -144,11 +135,9 @@ def unigram_loss(train: Tensor, targets: Tensor, vocab_size: int) -> float:
 
 
 # %% [markdown]
-# **The model and the two losses.** `build_decoder` draws the weights from a seed (the same
-# weights with and without the mask); `causal` is the only difference. `lm_loss` is the
-# training loss: targets are the inputs shifted by one, every position in one forward pass.
-# `honest_next_token_loss` reads the prediction for position $t+1$ from a forward pass over
-# the prefix $0 \dots t$ alone, so no later token can reach it, mask or no mask.
+# **The model and the two losses.** `build_decoder` draws the weights from a seed, so `causal`
+# is the only difference between the two models. `honest_next_token_loss` predicts position
+# $t+1$ from the prefix $0 \dots t$ alone, so no later token can reach it, mask or no mask.
 
 # %%
 #| export
@@ -192,11 +181,9 @@ def eval_windows(data: TextData, *, n: int = 32, seed: int = 99) -> tuple[Tensor
 
 
 # %% [markdown]
-# **A max-score monitor.** Section 6.4 asks how large the attention scores grow during
-# training, so every run records, at every step, the largest scaled score $q \cdot k /
-# \sqrt{d_k}$ and the largest raw product $|q \cdot k|$. `ScoreMonitor` hooks the query and
-# key projections of every block; `max_score` recomputes the same number directly, layer by
-# layer, to check it.
+# **A max-score monitor.** For section 6.4, every run records at every step the largest scaled
+# score $q \cdot k / \sqrt{d_k}$ and the largest raw product $|q \cdot k|$ (`ScoreMonitor`,
+# hooked on the query and key projections); `max_score` recomputes it directly as a check.
 
 # %%
 #| export
@@ -268,9 +255,8 @@ def max_score(model: CharDecoder, tokens: Tensor) -> float:
 
 
 # %% [markdown]
-# **The training step.** Adam through the book's `fit` loop, with `lm_loss` as written
-# above: parameters from `seed`, batches from `seed + 1`, so the runs with and without the
-# mask see the same batches. After training, both held-out losses.
+# **The training step.** Adam through the book's `fit` loop; batches come from `seed + 1`, so
+# both runs of a seed see the same batches.
 
 # %%
 #| export
@@ -363,17 +349,15 @@ fig.tight_layout()
 
 # %% [markdown]
 # Both halves are visible. The unmasked model's training loss leaves the masked one behind
-# within the first hundred steps and heads for zero; its teacher-forced held-out loss is as
-# low — it really has learned to read the next character off its input. Its honest loss is
-# another story: above the unigram line, i.e. worse than not reading the context at all. The
-# masked model's two held-out losses are the same number, as they must be.
+# within the first hundred steps and heads for zero, and its teacher-forced held-out loss is
+# as low: it reads the next character off its input. Its honest loss lies above the unigram
+# line, worse than ignoring the context. The masked model's two held-out losses are equal, as
+# they must be.
 #
-# The samples below show what that means for generation: continuations of the same held-out
-# prompts, by the models of seed 0, recomputed left to right. Greedy decoding (always the
-# most likely character) would hide the contrast: a model this small, masked or not, falls
-# into a loop, and the masked one's is " the the the". So the continuations are *sampled*
-# from the model's distribution at temperature `TEMPERATURE`, with a fixed generator; the
-# measure is the share of the generated letter runs that are words of the training text.
+# For generation: continuations of the same held-out prompts by the seed-0 models. Greedy
+# decoding would hide the contrast (a model this small loops, masked or not: " the the the"),
+# so we *sample* at temperature `TEMPERATURE` with a fixed generator and count the share of
+# generated letter runs that are words of the training text.
 
 # %%
 #| export
@@ -437,26 +421,23 @@ record_claim(
 print(sweep_summary("C20"))
 
 # %% [markdown]
-# **Verdict on C20: reproduced**, both halves, on every seed. The lesson for a test suite: a
-# falling training loss proves nothing about a decoder. Compare the teacher-forced loss with
-# the left-to-right one on a few held-out windows (they must be equal for a causal model), or
-# use the stronger test of section 6.2 — change a future token and check that no earlier
-# output moves.
+# **Verdict on C20: reproduced**, both halves, on every seed. A falling training loss proves
+# nothing about a decoder. Compare the teacher-forced and left-to-right losses on a few
+# held-out windows (equal for a causal model), or use section 6.2's stronger test: change a
+# future token and check that no earlier output moves.
 
 # %% [markdown]
 # ## 6.2 Masking with a large negative (C21)
 #
 # **In plain words.** A mask removes keys from the softmax by making their scores so negative
-# that their exponentials vanish. The article writes the constant as `-1e9` and proposes a
-# unit test: position 0 of a causal mask attends only to itself. Three questions it leaves
-# open: what happens to a row where *every* key is masked (a padded query, a left-padded
-# sequence under a causal mask), what `-1e9` does in float16, and what the one test misses.
+# that their exponentials vanish. The article writes the constant as `-1e9` and proposes one
+# unit test: position 0 of a causal mask attends only to itself. It leaves open what happens
+# to a row where *every* key is masked (a padded query, a left-padded sequence under a causal
+# mask), what `-1e9` does in float16, and what the one test misses.
 #
-# **The experiment.** A row with three of six keys masked and a row with all six masked, each
-# masked by `masked_fill` with `-1e9`, `-inf` and `torch.finfo(dtype).min` followed by
-# `torch.softmax`, and by `-inf` followed by the package's safe softmax — in float32 and in
-# float16. `claims.fill_report` runs `masked_softmax` on the two rows and describes each
-# result in words.
+# **The experiment.** A row with three of six keys masked and a row with all six masked,
+# masked by `masked_fill` with `-1e9`, `-inf` or `torch.finfo(dtype).min` then
+# `torch.softmax`, and by `-inf` then the package's safe softmax, in float32 and float16.
 
 # %%
 #| export
@@ -493,15 +474,13 @@ for dtype, report in (("float32", report32), ("float16", report16)):
               f"fully masked: {row['fully masked row']}")  # fmt: skip
 
 # %% [markdown]
-# In float32, every choice gives the masked keys of a partly masked row exactly zero weight:
+# In float32 every choice gives the masked keys of a partly masked row exactly zero weight:
 # the claim as stated holds. The fully masked row is where they differ. `-inf` gives NaN
-# ($e^{-\infty - (-\infty)}$), which then spreads through every later layer. `-1e9` and
-# `finfo.min` give a *uniform* row: the query attends equally to keys it was told to ignore —
-# no error, silently wrong. The safe softmax returns zeros, the convention of the package and
-# of torch's own `scaled_dot_product_attention`. In float16, `masked_fill` with `-1e9` refuses
-# outright: the value does not fit (float16 stops at ±65504). The other common way to write it
-# — an additive mask built in float32 and cast — does not refuse; it turns `-1e9` into `-inf`
-# without a word, and the fully masked row is NaN again:
+# ($e^{-\infty - (-\infty)}$), which spreads through every later layer. `-1e9` and `finfo.min`
+# give a *uniform* row, attending equally to keys it was told to ignore: silently wrong. The
+# safe softmax returns zeros, as torch's `scaled_dot_product_attention` does. In float16,
+# `masked_fill` with `-1e9` refuses outright (float16 stops at ±65504), but an additive mask
+# built in float32 and cast silently turns `-1e9` into `-inf`: NaN again.
 
 # %%
 allowed = torch.tensor([[True, True, False, False], [False] * 4])
@@ -517,16 +496,15 @@ claims.assert_c21_edge_cases(report32, report16, bias[0, -1].item(), cast_weight
 
 # %% [markdown]
 # The last line is the trap of `finfo.min`: two additive masks added together (padding plus
-# causal, say) overflow to `-inf`, and the NaN is back. Masking by a bool `masked_fill` with
-# `-inf` and a softmax that handles the empty row avoids all three cases.
+# causal, say) overflow to `-inf`, and the NaN is back. A bool `masked_fill` with `-inf` and a
+# softmax that handles the empty row avoids all three cases.
 #
-# **The unit tests.** The article's test is run on five implementations of a causal mask: the
-# right one and four slips — only the diagonal, a mask that also lets each token see the next
-# one, a strict mask without the diagonal, and the right triangle in the wrong polarity. Two
-# more tests beside it: *no future leak* (change the inputs after position $t$; outputs up to
-# $t$ must not move, for every $t$) and *sees itself and its past* (positive weight on every
-# key $j \le i$). Each test takes a bool mask `(L, L)` and runs the package's reference
-# attention with it on a fixed random input `(1, 1, L, 8)`.
+# **The unit tests.** The article's test is run on five causal masks: the right one and four
+# slips — only the diagonal, one that also shows each token the next, a strict mask without
+# the diagonal, and the right triangle in the wrong polarity. Beside it, *no future leak*
+# (change the inputs after position $t$; outputs up to $t$ must not move) and *sees itself and
+# its past* (positive weight on every key $j \le i$), each run on a fixed random input
+# `(1, 1, L, 8)`.
 
 # %%
 #| export
@@ -607,25 +585,24 @@ record_claim(
 
 # %% [markdown]
 # **Verdict on C21: partly reproduced.** `-1e9` does give zero weight — in float32, on rows
-# that keep a key. It gives a uniform row where every key is masked and does not exist in
-# float16; `-inf` with a safe softmax is correct in both. The article's unit test catches three
-# of the four wrong masks but passes the diagonal-only one (a model that attends to nothing
-# but itself); the no-future-leak test plus the past-visibility test catch all four.
+# that keep a key. It gives a uniform row where every key is masked and does not fit in
+# float16; `-inf` with a safe softmax is correct in both. The article's unit test catches
+# three of the four wrong masks but passes the diagonal-only one; the no-future-leak and
+# past-visibility tests together catch all four.
 
 # %% [markdown]
 # ## 6.3 Padding (C22)
 #
-# **In plain words.** Sequences of different lengths are batched by padding the short ones.
-# A query that attends to pad tokens mixes their values into its output, so a token's
-# representation depends on how much padding its batch happened to need. The claim (C22):
-# unmasked padding dilutes real tokens' attention; a padding mask and a causal mask combine.
-# The mask must remove pad **keys** (a column of the score matrix); masking pad *queries* (a
-# row) does nothing for the real tokens.
+# **In plain words.** Short sequences are padded to batch them. A query that attends to pad
+# tokens mixes their values into its output, so a token's representation depends on how much
+# padding its batch needed. The claim (C22): unmasked padding dilutes real tokens' attention;
+# a padding mask and a causal mask combine. The mask must remove pad **keys** (a column of the
+# score matrix); masking pad *queries* (a row) does nothing for the real tokens.
 #
 # **Experiment 1: invariance.** One attention layer, five real tokens followed by 0 to 16 pad
-# tokens; the largest change of the real tokens' outputs against no padding, with and without
-# a key-padding mask. Threshold from the claim: with the mask, every change at most `ATOL`
-# (float32 rounding); without it, every change above.
+# tokens: the largest change of the real tokens' outputs against no padding, with and without
+# a key-padding mask. Threshold: with the mask every change is at most `ATOL` (float32
+# rounding); without it every change is above.
 
 # %%
 #| export
@@ -667,13 +644,10 @@ claims.assert_c22_padding_invariance(drift[True], drift[False], atol=ATOL)
 # **Experiment 2: a trained classifier.** The package's `SequenceClassifier` (one layer, mean
 # pooling, no positions) learns whether token 1 occurs more often than token 2 in a sequence
 # of 6 to 12 tokens, trained with its padding mask on batches padded by up to four extra pad
-# tokens, three seeds. On held-out sequences with more and more padding appended, accuracy
-# with the mask and with the mask forgotten (the pads are then attended to *and* pooled, as
-# in a model whose padding argument was never passed). Thresholds: with the mask, accuracy
-# does not change at all; without it, the longest padding costs at least `DROP`.
-#
-# The task, the classifier and its training step: `PadAwareClassifier` finds its padding
-# from the pad id, and `use_mask=False` is the bug.
+# tokens, three seeds. On held-out sequences with growing padding we measure accuracy with the
+# mask and with it forgotten (`use_mask=False`: pads attended to *and* pooled). Thresholds:
+# with the mask accuracy does not change at all; without it the longest padding costs at least
+# `DROP`.
 
 # %%
 #| export
@@ -782,9 +756,9 @@ for masked in (True, False):
 
 # %% [markdown]
 # **The polarity trap.** `nn.MultiheadAttention` reads its `key_padding_mask` the other way
-# round: `True` = *ignore this key*. Passing the package's mask (`True` = real token) to it
-# makes every real token attend only to the pads; a sequence without padding has every key
-# ignored. `from_key_padding_mask` converts torch's mask to the package's polarity.
+# round: `True` = *ignore this key*. Given the package's mask (`True` = real token), every
+# real token attends only to the pads, and a sequence without padding ignores every key.
+# `from_key_padding_mask` converts torch's mask to the package's polarity.
 
 # %%
 torch.manual_seed(0)
@@ -808,9 +782,9 @@ assert torch.allclose(torch_right, right, atol=1e-6) and torch.allclose(torch_co
 # %% [markdown]
 # **Padding and causal masks together.** `combine_masks` ANDs a causal `(L, L)` mask with a
 # padding `(B, 1, 1, L)` mask into `(B, 1, L, L)`. With *left* padding (common for batched
-# generation) the first query rows are pads whose every allowed key is a pad: fully masked
-# rows, which the safe softmax turns into zeros (section 6.2) and torch's SDPA also returns as
-# zeros. The real rows agree with torch's SDPA given the same bool mask.
+# generation) the first query rows are pads that may see only pads: fully masked rows, which
+# the safe softmax and torch's SDPA both return as zeros. The real rows agree with torch's
+# SDPA given the same bool mask.
 
 # %%
 L = 6
@@ -837,24 +811,22 @@ record_claim(
 )
 
 # %% [markdown]
-# **Verdict on C22: reproduced, for the bug built here** — a classifier trained with its
-# mask and run without it. With the key-padding mask the real tokens' outputs, and the
-# classifier's accuracy, do not depend on the padding at all; without it both drift, the
-# accuracy toward chance as padding grows. A sceptic would train the classifier differently:
-# other seeds, a longer budget, or without the mask from the start. Each change was run once
-# and judged by the same verdict function (`make sceptic CH=06`); the stored results:
+# **Verdict on C22: reproduced, for the bug built here** — a classifier trained with its mask
+# and run without it. With the key-padding mask the real tokens' outputs, and the accuracy, do
+# not depend on the padding at all; without it both drift, the accuracy toward chance as
+# padding grows. A sceptic would vary the training: other seeds, a longer budget, or no mask
+# from the start (`make sceptic CH=06`, each run once and judged by the same verdict
+# function):
 
 # %% tags=["nbval-check-output"]
 print(sweep_summary("C22"))
 
 # %% [markdown]
-# Other seeds and a longer budget change nothing. A classifier *trained* without the mask is
-# another matter: it learns to ignore the pad token, and its accuracy does not move with the
-# padding, with the mask or without. So "unmasked padding dilutes attention" holds for every
-# layer's outputs (experiment 1), but the accuracy it costs is the cost of a mismatch: a
-# model trained with its mask and run without it (a padding argument dropped at inference).
-# The mask is still the fix: it makes every output independent of the batch's padding,
-# rather than leaving the model to learn to ignore whatever pad token it saw in training.
+# Other seeds and a longer budget change nothing. A classifier *trained* without the mask
+# learns to ignore the pad token, and its accuracy does not move with the padding, mask or no
+# mask. So "unmasked padding dilutes attention" holds for every layer's outputs (experiment
+# 1), but its cost in accuracy is the cost of a mismatch: a padding argument dropped at
+# inference. The mask remains the fix.
 
 # %% [markdown]
 # ## 6.4 Half precision: when `QKᵀ` overflows (C23)
@@ -862,18 +834,15 @@ print(sweep_summary("C22"))
 # **In plain words.** float16 stores numbers up to 65504. A score $q \cdot k$ is a sum of
 # $d_k$ products; for two aligned vectors whose elements are all $s$ it is $d_k s^2$, which
 # overflows once $s > \sqrt{65504 / d_k}$ — about 32 for $d_k = 64$. Scaling by $1/\sqrt{d_k}$
-# *after* the product comes too late; scaling $q$ *before* it moves the limit to
-# $\sqrt{65504/\sqrt{d_k}}$. The softmax has its own limit: $e^x$ overflows float16 past
-# $x = \ln 65504 \approx 11.09$, so a textbook softmax that does not subtract the row max
-# turns into `inf / inf = NaN` at modest scores. The claim (C23): in float16 `QKᵀ` can
-# overflow and produce NaN; keep the softmax in float32; watch the max score.
+# *after* the product is too late; scaling $q$ *before* it moves the limit to
+# $\sqrt{65504/\sqrt{d_k}}$. The softmax has its own limit: $e^x$ overflows float16 past $x =
+# \ln 65504 \approx 11.09$, so a textbook softmax that does not subtract the row max gives
+# `inf / inf = NaN` at modest scores. The claim (C23): in float16 `QKᵀ` can overflow and
+# produce NaN; keep the softmax in float32; watch the max score.
 #
-# **Prediction and measurement.** For several $d_k$, the predicted scale and the smallest
-# float16 $s$ at which the float16 product is `inf` (a search over every float16 value).
-# Threshold: measured within 1 % of predicted (float16 has 11 significant bits, so the
-# measured value is the predicted one rounded up to a representable number).
-# (`claims.overflow_scale_measured` is a bisection over every float16 value; the prediction
-# is the formula above.)
+# **Prediction and measurement.** For several $d_k$: the predicted scale, and the smallest
+# float16 $s$ whose float16 product is `inf` (found by bisection over every float16 value).
+# Threshold: within 1 % of predicted (float16's 11 significant bits round the prediction up).
 
 # %%
 REL = claims.C23_REL
@@ -890,8 +859,8 @@ for pred, meas in overflow.values():
 
 # %% [markdown]
 # And the softmax: the smallest top score at which a float16 softmax gives NaN or `inf`, for
-# the textbook one, for `torch.softmax` (which subtracts the max) and for the package's (float32
-# inside). The predicted limit of the textbook one is `EXP_LIMIT_FP16`:
+# the textbook one (predicted limit `EXP_LIMIT_FP16`), `torch.softmax` (which subtracts the
+# max) and the package's (float32 inside):
 
 # %%
 #| export
@@ -912,9 +881,9 @@ first_nan = {kind: claims.first_nan_score(kind) for kind in ("naive", "torch", "
 print({k: v for k, v in first_nan.items()}, "(inf: never, for any finite float16 score)")
 
 # %% [markdown]
-# **The fixes, measured.** The package's attention takes float16 inputs, computes the product
-# and the softmax in float32 and casts the result back. On aligned inputs far past the
-# float16 product limit it stays finite, where a float16 product overflows:
+# **The fixes, measured.** The package's attention computes float16 inputs' product and
+# softmax in float32 and casts back. On aligned inputs far past the float16 product limit it
+# stays finite:
 
 # %%
 SCALES = [1.0, 16.0, 32.0, 100.0, 1000.0]
@@ -933,9 +902,9 @@ claims.assert_package_fp16_finite(SCALES, pkg_outs)
 
 # %% [markdown]
 # bfloat16 keeps float32's 8-bit exponent (range up to about $3.4 \times 10^{38}$): no
-# overflow at these scales at all. It pays with precision, 8 significant bits against
-# float16's 11. The largest error of the attention output against float64, for inputs of
-# standard deviation 1 and 4:
+# overflow at these scales. It pays in precision, 8 significant bits against float16's 11. The
+# largest error of the attention output against float64, for inputs of standard deviation 1
+# and 4:
 
 # %%
 for scale in (1.0, 4.0):
@@ -943,11 +912,10 @@ for scale in (1.0, 4.0):
     print(f"inputs ~ N(0, {scale:g}²):", ", ".join(f"{k} {v:.2g}" for k, v in errs.items()))
 
 # %% [markdown]
-# **Watch the max score.** Every model of section 6.1 was trained with a `ScoreMonitor` that
-# hooks the query and key projections and records, at every step, the largest scaled score
-# and the largest raw product $|q \cdot k|$. The plot compares them with the two float16
-# limits. The monitor is itself checked: its value for one forward pass equals the max score
-# computed directly from the trained model.
+# **Watch the max score.** The plot compares the largest scaled score and raw product that
+# each model of section 6.1 recorded during training with the two float16 limits. The monitor
+# is checked too: for one forward pass it equals the max score computed directly from the
+# trained model.
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
@@ -998,26 +966,24 @@ record_claim(
 )
 
 # %% [markdown]
-# **Verdict on C23: reproduced.** The overflow scale is predicted by one line of arithmetic,
-# and the softmax needs the max subtracted (or float32) long before that. The package's
-# float32 path removes both failure modes; bfloat16 removes the overflow but is several times
-# less precise than float16 on the same inputs. The monitor shows what to watch: the raw
-# products of these tiny models stay far from 65504 (the headroom printed above), but the
-# scaled scores pass $\ln 65504$ during training — a textbook float16 softmax without the max
-# shift would already return NaN on them — and the unmasked model, whose attention must be
-# sharp to copy the next token, needs the larger scores.
+# **Verdict on C23: reproduced.** One line of arithmetic predicts the overflow scale, and the
+# softmax needs the max subtracted (or float32) long before it. The package's float32 path
+# removes both failure modes; bfloat16 removes the overflow but is several times less precise
+# than float16. The monitor shows what to watch: these tiny models' raw products stay far from
+# 65504 (the headroom printed above), but their scaled scores pass $\ln 65504$ in training,
+# where a textbook float16 softmax would return NaN; the unmasked model, whose attention must
+# be sharp to copy, needs the larger scores.
 
 # %% [markdown]
 # ## 6.5 Memory: the n × n matrix, FlashAttention and checkpointing (C24)
 #
-# **In plain words.** Dense attention materialises the `(L, L)` score and weight matrices of
-# every head, and keeps the weights for the backward pass: memory grows like $n^2$.
+# **In plain words.** Dense attention materialises every head's `(L, L)` score and weight
+# matrices and keeps the weights for the backward pass: memory grows like $n^2$.
 # FlashAttention never holds the matrix: it walks over tiles of keys with an *online softmax*
 # (a running max, a running sum, an accumulator rescaled when the max grows) and recomputes
-# the tiles in the backward pass. Gradient checkpointing keeps a layer's inputs only and
-# recomputes the layer during the backward. The claim (C24): the $n \times n$ matrix dominates
-# memory; FlashAttention (tiling + recomputation) and checkpointing cut memory without
-# changing results.
+# the tiles in the backward pass. Gradient checkpointing keeps only a layer's inputs and
+# recomputes the layer in the backward. The claim (C24): the $n \times n$ matrix dominates
+# memory; FlashAttention and checkpointing cut memory without changing results.
 
 # %%
 fig = flash_tiling()
@@ -1059,13 +1025,12 @@ claims.assert_equal_to_package(mine, package)
 
 # %% [markdown]
 # The package's `flash_attention` is the same loop, tuned (one batched matrix product per
-# tile, `exp2`, in-place updates, lazy rescaling) and with a hand-written backward that
+# tile, `exp2`, in-place updates, lazy rescaling), with a hand-written backward that
 # recomputes the tiles from the saved log-sum-exp. From here on we use it.
 #
-# **The measurement.** Exact peak memory of a forward *and backward* pass, counted tensor by
-# tensor (`measure.memory.peak_extra_bytes`: deterministic, no allocator noise), for a
-# stack of `LAYERS` attention calls (batch 1, 2 heads, $d_k = 32$), by dense attention, the
-# package's flash attention and dense attention under `torch.utils.checkpoint`, over $n$.
+# **The measurement.** Exact peak memory of a forward *and backward* pass
+# (`measure.memory.peak_extra_bytes`) for a stack of `LAYERS` attention calls (batch 1, 2
+# heads, $d_k = 32$): dense, flash, and dense under `torch.utils.checkpoint`, over $n$.
 # Thresholds, from the claim: dense grows like $n^2$ (log–log slope at least 1.8), flash like
 # $n$ (at most 1.2) and needs under a quarter of dense at the largest $n$; checkpointing cuts
 # the dense peak (by at least 1.25×) and its peak does not grow with depth (≤ 1.25× from one
@@ -1149,25 +1114,24 @@ record_claim(
 
 # %% [markdown]
 # **Verdict on C24: reproduced, with a nuance about checkpointing.** The $n^2$ term is almost
-# all of dense attention's memory at these lengths, and flash attention removes it: its slope
-# is below 1 here because the part that grows with $n$ is small next to the fixed buffers. The
-# results are the same to float32 rounding. Checkpointing is a different kind of saving: it
-# does not touch the $n^2$ term of the layer being recomputed (its slope stays near 2), it
-# stops the *stack* from holding one $n \times n$ matrix per layer — its peak stays at about
-# one layer's whatever the depth, while dense's grows with it. With a few layers that is a
-# factor of about two, not `LAYERS`, because the backward of the recomputed layer needs its
-# own $n \times n$ temporaries.
+# all of dense attention's memory at these lengths, and flash attention removes it (its slope
+# is below 1 because its growing part is small next to the fixed buffers), with the same
+# results to float32 rounding. Checkpointing leaves the $n^2$ term of the recomputed layer
+# (slope near 2) but stops the *stack* from holding one $n \times n$ matrix per layer: its
+# peak stays at about one layer's whatever the depth. With a few layers that saves a factor of
+# about two, not `LAYERS`, because the recomputed layer's backward needs its own $n \times n$
+# temporaries.
 
 # %% [markdown]
 # ## 6.6 Decoding with a KV cache: MHA, GQA, MQA
 #
 # **In plain words.** Generating token $t$ needs the keys and values of tokens $0 \dots t-1$
 # in every layer. Recomputing them at every step makes generating $T$ tokens cost $O(T^2)$
-# token-passes through the model; keeping them in a cache makes each step one token-pass plus
-# attention over the cache. The cache is the inference cost the article defers: it holds
-# $2 \cdot \text{layers} \cdot B \cdot H_{kv} \cdot T \cdot d_\text{head}$ numbers, which is
-# why grouped-query attention (a few key/value heads, each shared by a group of query heads)
-# and multi-query attention (one) exist: they shrink it by $H / H_{kv}$.
+# token-passes; a cache makes each step one token-pass plus attention over the cache. The
+# cache, the inference cost the article defers, holds $2 \cdot \text{layers} \cdot B \cdot
+# H_{kv} \cdot T \cdot d_\text{head}$ numbers; grouped-query attention (a few key/value heads,
+# each shared by a group of query heads) and multi-query attention (one) shrink it by $H /
+# H_{kv}$.
 
 # %%
 fig = kv_cache_decoding()
@@ -1186,16 +1150,13 @@ print("same tokens:", torch.equal(cached.tokens, recomputed.tokens), "| largest 
       f"{(cached.logits - recomputed.logits).abs().max():.2g}")  # fmt: skip
 
 # %% [markdown]
-# Then size and cost for the three kinds of attention, on decoders of the chapter's width
-# with 4 query heads and 4, 2 or 1 key/value heads (untrained: the cost does not depend on
-# the weights), generating `KV_LEN - KV_PROMPT` tokens after a prompt of `KV_PROMPT`. Sizes
-# are computed from the formula and read from the cache's tensors. "Cheaper" is judged on
-# counts that no machine changes: the matrix-multiply FLOPs of each way of decoding (counted
-# by torch's `FlopCounterMode`) must differ by at least `claims.KV_FLOP_CUT`×, and the bytes
-# of keys and values each computes are shown beside them. The time ratio is shown too, marked
-# "(this machine)": the two ways are timed back to back five times, alternating which goes
-# first, and the median of the five ratios is printed; a slow or loaded machine moves it, the
-# verdict not.
+# Then size and cost for the three kinds of attention, on untrained decoders of the chapter's
+# width (cost does not depend on the weights) with 4 query heads and 4, 2 or 1 key/value
+# heads, generating `KV_LEN - KV_PROMPT` tokens after a prompt of `KV_PROMPT`. "Cheaper" is
+# judged on counts no machine changes: the matrix-multiply FLOPs of the two ways of decoding
+# must differ by at least `claims.KV_FLOP_CUT`×. The time ratio (median of five back-to-back
+# timings, alternating which way goes first) is shown, marked "(this machine)", and not
+# asserted.
 
 # %%
 KV_LEN, KV_PROMPT = 160, 32
@@ -1243,17 +1204,14 @@ record_claim(
 
 # %% [markdown]
 # The cache cuts the arithmetic by a little more than the ratio of token positions (attention
-# over the prefix, recomputed at every step, grows with it too). The time saved is far
-# smaller, because at this size each decoding step costs
-# mostly its fixed overhead (a Python loop, small matrix products), not its arithmetic — which
-# is why the verdict rests on the count and the time is only shown. Nor are GQA and MQA
-# faster here: the package repeats the cached keys and values to every query head
-# (`repeat_interleave`) before the product, a copy that costs about what the narrower
-# key/value projection saves (their FLOPs differ from MHA's only in that projection). On a
-# real model with long contexts the cache's *size* becomes the limit (it is read in full at
-# every step, and it is per sequence in the batch), and that is where GQA and MQA pay: the
-# bytes halve from MHA to GQA with 2 key/value heads and quarter with MQA, here as on a large
-# model. What they cost in quality needs training at a scale this chapter does not have.
+# over the recomputed prefix grows too). It saves far less time: at this size a decoding step
+# is mostly fixed overhead (a Python loop, small matrix products). Nor are GQA and MQA faster
+# here: the package repeats the cached keys and values to every query head
+# (`repeat_interleave`), a copy that costs about what the narrower key/value projection saves.
+# With long contexts the cache's *size* is the limit (it is read in full at every step, per
+# sequence), and there GQA and MQA pay: the bytes halve from MHA to GQA with 2 key/value heads
+# and quarter with MQA. Their cost in quality needs training at a scale this chapter does not
+# have.
 
 # %% [markdown]
 # ## Claims checked
@@ -1267,29 +1225,28 @@ claims_table()
 # - A decoder's training loss cannot tell you the causal mask works. Compare the
 #   teacher-forced loss with the left-to-right one, or test that future tokens leave earlier
 #   outputs unchanged.
-# - Mask with a bool mask and `-inf`, and use a softmax that returns zeros for a fully masked
-#   row. `-1e9` and `finfo.min` silently attend uniformly there; `-1e9` does not fit in
-#   float16; `finfo.min` plus another mask is `-inf`.
-# - Padding masks remove *keys*. Check the polarity at every boundary with torch:
-#   `nn.MultiheadAttention` reads `True` as *ignore*; `from_key_padding_mask` converts.
-# - In float16, $q \cdot k$ overflows at element scale $\sqrt{65504/d_k}$ and a textbook softmax
-#   at scores past 11.09: scale before the product, compute the softmax in float32, or use
-#   bfloat16 (range for precision), and log the max score.
+# - Mask with a bool mask and `-inf`, and a softmax that returns zeros for a fully masked row.
+#   `-1e9` and `finfo.min` silently attend uniformly there; `-1e9` does not fit in float16;
+#   `finfo.min` plus another mask is `-inf`.
+# - Padding masks remove *keys*. Check the polarity at every boundary: `nn.MultiheadAttention`
+#   reads `True` as *ignore*.
+# - In float16, $q \cdot k$ overflows at element scale $\sqrt{65504/d_k}$ and a textbook
+#   softmax at scores past 11.09: scale before the product, compute the softmax in float32 or
+#   use bfloat16, and log the max score.
 # - FlashAttention removes the $n^2$ memory term exactly; checkpointing keeps the stack's
 #   memory at about one layer's, at the cost of recomputation.
-# - A KV cache turns decoding's recomputation into a lookup; its size is
-#   $2 \cdot \text{layers} \cdot B \cdot H_{kv} \cdot T \cdot d_\text{head}$, which GQA and
-#   MQA shrink.
+# - A KV cache turns decoding's recomputation into a lookup; GQA and MQA shrink it by $H /
+#   H_{kv}$.
 #
 # ## Exercises
 #
-# Your workbook `my-exercises/06_engineering_pitfalls.py` (`make lab` copies it there) has six:
-# write a causal mask in the package's polarity; a masked softmax that survives float16 and
-# fully masked rows; a key-padding mask from lengths; the float16 overflow scale; the size of a
-# KV cache; and one experiment — predict C22's verdict for a classifier trained without its
-# padding mask, then run it. Each check names the typical mistake it sees (the wrong polarity,
-# `-1e9` in float16, the padding mask on the queries, …) or, for the experiment, why the run
-# gave its verdict. Check your answers in the notebook, or all at once with `make check CH=06`.
+# Your workbook `my-exercises/06_engineering_pitfalls.py` (`make lab` copies it there) has
+# six: a causal mask in the package's polarity; a masked softmax that survives float16 and
+# fully masked rows; a key-padding mask from lengths; the float16 overflow scale; the size of
+# a KV cache; and an experiment — predict C22's verdict for a classifier trained without its
+# padding mask, then run it. Each check names the typical mistake it sees or, for the
+# experiment, why the run gave its verdict. Check your answers in the notebook, or all at once
+# with `make check CH=06`.
 #
 # ## Further reading
 #

@@ -14,23 +14,19 @@
 # %% [markdown]
 # # Chapter 7 — Attention variants by task: images, time series, two modalities
 #
-# Everything so far fed attention a sentence. Nothing in the mechanism asks for one: it takes
-# a set of vectors and lets each read from the others. This chapter feeds it three other
-# things and asks what has to change. **Images**: a Vision Transformer (ViT) cuts a picture
-# into patches and treats each patch as a word, which makes the cost explode with the
-# resolution; the Swin Transformer attends only inside small windows and shifts them from
-# layer to layer so that information still travels. **Time series**: a forecaster can treat
-# every time step as a token, but strongly periodic, trending data is where simpler models
-# are known to do well, so we put attention against a seasonal copy, a linear model, an LSTM
-# and a convolutional network on equal terms. **Two modalities**: words attend to image
-# patches through cross-attention, and CLIP aligns images with their captions by contrast.
+# Nothing in attention asks for a sentence: it lets each of a set of vectors read from the
+# others. This chapter feeds it three other things. **Images**: a Vision Transformer (ViT)
+# treats each patch as a word, so its cost explodes with the resolution; the Swin Transformer
+# attends inside small windows and shifts them between layers so that information still
+# travels. **Time series**: on periodic, trending data, where simpler models are known to do
+# well, attention meets a seasonal copy, a linear model, an LSTM and a convolutional network
+# on equal terms. **Two modalities**: words attend to image patches through cross-attention,
+# and CLIP aligns images with captions by contrast.
 #
-# The data is real where a reader would expect it: the 1,797 handwritten digits that
-# scikit-learn ships (8 × 8 pixels, 16 grey levels), and the Mauna Loa CO₂ record
-# that statsmodels ships (weekly measurements since 1958). Both load from files inside the
-# installed packages; nothing here touches the network. The price is scale: these images are
-# tiny and the series is short, and every model below trains in a second or two on one CPU
-# core. Where that limits what an experiment can show, the text says so.
+# The data is real and ships with installed packages: scikit-learn's 1,797 handwritten digits
+# (8 × 8 pixels, 16 grey levels) and statsmodels' Mauna Loa CO₂ record (weekly since 1958).
+# The price is scale: every model trains in a second or two on one CPU core; where that limits
+# an experiment, the text says so.
 
 # %% [markdown]
 # **Learning goals.** After this chapter you can
@@ -42,7 +38,7 @@
 # - set up a fair forecasting comparison (chronological split, one budget, several seeds) and
 #   read it against the known result that linear models are hard to beat;
 # - read cross-attention weights as "which patch did this word look at", and train a
-#   contrastive image–text model, knowing what its loss and its temperature do.
+#   contrastive image–text model, knowing what its loss and temperature do.
 
 # %%
 #| default_exp ch07
@@ -75,11 +71,11 @@ make_deterministic(0)
 torch.set_num_threads(1)  # tiny models: one thread is the fastest, and the steadiest
 
 # %% [markdown]
-# The models, tasks and training steps the claims rest on are defined below, in the section
-# that uses them; the cells marked `#| export` also make up the module `book.pages.ch07`
-# (`make export`), from which the claims module, the tests and the exercise checks import them.
-# What they import (the three training functions import the book's loop, `fit`, where they
-# use it, so that importing the module does not load `book.experiments`):
+# The models, tasks and training steps the claims rest on are defined in the section that uses
+# them; the `#| export` cells make up `book.pages.ch07` (`make export`), which the claims, the
+# tests and the exercise checks import. Its imports (the training functions import the book's
+# loop, `fit`, only where used, so that importing the module does not load
+# `book.experiments`):
 
 # %%
 #| export
@@ -108,13 +104,11 @@ Tensor = torch.Tensor
 # %% [markdown]
 # ## 7.1 Images as sequences: the Vision Transformer
 #
-# A Transformer needs a sequence of vectors. ViT (Dosovitskiy et al., 2021) gets one from an
-# image by cutting it into non-overlapping $p \times p$ squares, flattening each square's
-# pixels into a vector of $C p^2$ numbers, and mapping every such vector with one shared
-# linear layer to the model width. The squares are read row by row, a learned position
-# embedding is added to each (the model must learn the 2-D layout from data: nothing else
-# tells it that patch 5 sits under patch 1), and a learned `[CLS]` token is put in front to
-# collect a summary for the classifier.
+# ViT (Dosovitskiy et al., 2021) cuts an image into non-overlapping $p \times p$ squares,
+# flattens each into $C p^2$ numbers and maps each with one shared linear layer to the model
+# width. The squares are read row by row, each gets a learned position embedding (nothing else
+# tells the model that patch 5 sits under patch 1), and a learned `[CLS]` token in front
+# collects a summary for the classifier.
 
 # %%
 fig = patches_to_tokens()
@@ -123,11 +117,9 @@ fig = patches_to_tokens()
 # Our images are the digits: 1,347 for training and 450 for testing, split per class
 # (`book.data.digits`), each 8 × 8 pixels with 16 grey levels, scaled to $[0, 1]$. With
 # $p = 2$ a digit becomes 16 patch tokens of 4 pixels each. Cutting is a reshape and a
-# permutation: split each axis into (patch index, pixel inside the patch), bring the two
-# patch indices to the front, and flatten the rest. We write it out and check it against the
-# package's `PatchEmbedding`, which does the cut and the linear map in one strided
-# convolution (a convolution whose kernel is the patch size and whose stride is the patch
-# size sees each patch exactly once, with the linear layer as its kernel).
+# permutation: split each axis into (patch index, pixel inside the patch), bring the patch
+# indices to the front, flatten the rest. We check it against `PatchEmbedding`, which cuts and
+# maps in one convolution whose kernel and stride are the patch size.
 
 
 # %%
@@ -192,22 +184,17 @@ fig.tight_layout()
 # %% [markdown]
 # ### What patches cost as the resolution grows
 #
-# An image of side $S$ cut into patches of side $p$ gives $N = (S/p)^2$ tokens: doubling the
-# side quadruples the tokens, and since attention scores every pair, it multiplies the score
-# table by sixteen. We count exactly what one forward pass of a small ViT (width 32, 4 heads,
-# 2 layers, patches of 2 pixels) does at sides 8, 16, 32 and 64 (the last is 1,024 patches,
-# a modest 64 × 64 thumbnail): the FLOPs of every matrix product and convolution (torch's
-# FLOP counter), the peak bytes held at once (counted tensor by tensor), and the time (shown
-# only: it is this machine's).
+# With patches of side $p$, an image of side $S$ gives $N = (S/p)^2$ tokens: doubling the side
+# quadruples the tokens and multiplies the score table by sixteen. We count one forward pass of
+# a small ViT (width 32, 4 heads, 2 layers, patches of 2 pixels) at sides 8, 16, 32 and 64
+# (1,024 patches, a modest 64 × 64 thumbnail): FLOPs (torch's counter), peak bytes, and time
+# (shown only: it is this machine's).
 #
-# The prediction is exact. Everything a token does on its own — embedding, projections,
-# feed-forward — costs the same per token, so it adds a term linear in $N' = N + 1$ (with
-# `[CLS]`). The two products of attention, $QK^\top$ and the weighted sum of the values, each
-# take $N'^2 \cdot d$ multiply-adds per layer over all heads together: $4 N'^2 d$ FLOPs per
-# layer. So the count must be a quadratic in $N'$ **whose $N'^2$ coefficient is exactly
-# $4 \cdot \text{layers} \cdot d = 256$**, and the asserting function checks both: that four
-# counts lie on one quadratic (three points fix it, the fourth can miss), and that its leading
-# coefficient is 256.
+# The prediction is exact. What a token does on its own — embedding, projections,
+# feed-forward — is linear in $N' = N + 1$ (with `[CLS]`); the two products of attention take
+# $4 N'^2 d$ FLOPs per layer. So the count is a quadratic in $N'$ **whose $N'^2$ coefficient is
+# exactly $4 \cdot \text{layers} \cdot d = 256$**: four counts must lie on one quadratic (three
+# points fix it, the fourth can miss) with leading coefficient 256.
 
 # %%
 VIT_SIDES = (8, 16, 32, 64)
@@ -280,10 +267,9 @@ for ax in axes:
 fig.tight_layout()
 
 # %% [markdown]
-# The per-token part wins on the smallest image, where there are only 17 tokens; by side 64
-# the two attention products are 89 % of the bill, and every further doubling of the side
-# multiplies them by sixteen. At the sizes of real photographs, with the original ViT's
-# patches of 16 pixels:
+# The per-token part wins on the smallest image (17 tokens); by side 64 the two attention
+# products are 89 % of the bill, and each doubling of the side multiplies them by sixteen. At
+# the sizes of real photographs, with the original ViT's 16-pixel patches:
 
 # %% tags=["nbval-check-output"]
 for side in (224, 1024):
@@ -293,21 +279,19 @@ for side in (224, 1024):
 
 # %% [markdown]
 # 196 patches are affordable; 4,096 are not, and detection and segmentation want smaller
-# patches still. That is the problem Swin addresses in section 7.2.
+# patches still. Swin addresses this in section 7.2.
 #
 # ### Does a ViT learn digits as well as a convolutional network?
 #
-# The ViT paper's main empirical finding was about data, not cost: trained on ImageNet alone,
-# ViTs fell behind convolutional ResNets of similar size, and overtook them only after
-# pre-training on one to two orders of magnitude more images (ImageNet-21k, JFT-300M). The
-# explanation offered is inductive bias: a convolution *assumes* that nearby pixels belong
-# together and that a pattern means the same thing anywhere in the image, while a ViT must
-# learn both from examples. Assumptions that hold are free data.
+# The ViT paper's main finding was about data: trained on ImageNet alone, ViTs fell behind
+# ResNets of similar size, and overtook them only after pre-training on one to two orders of
+# magnitude more images (ImageNet-21k, JFT-300M). The explanation offered is inductive bias: a
+# convolution *assumes* that nearby pixels belong together and that a pattern means the same
+# anywhere; a ViT must learn both. Assumptions that hold are free data.
 #
-# We ask the same question at the other end of the scale: does the convolutional network win
-# when data is scarce, and does the gap close as data grows? Two models of similar size: the
-# library's `VisionTransformer` (2×2 patches, width 32, 4 heads, 2 layers) and a small
-# LeNet-style CNN:
+# Does the CNN win with scarce data, and does the gap close as data grows? Two models of
+# similar size: the library's `VisionTransformer` (2×2 patches, width 32, 4 heads, 2 layers)
+# and a small LeNet-style CNN:
 
 
 # %%
@@ -349,15 +333,13 @@ def digit_batches(images: Tensor, labels: Tensor, n_train: int, seed: int):
 
 
 # %% [markdown]
-# The budget is the same for both: `train_classifier` (the book's loop: parameters from the
-# seed, batches from seed + 1, cross-entropy, Adam at $3 \cdot 10^{-3}$, here without
-# clipping) for 200 steps on batches of 32, three seeds, trained on 150 digits and on all
-# 1,347, and tested on the same 450 held-out digits.
+# Same budget for both: `train_classifier` (the book's loop: parameters from the seed, batches
+# from seed + 1, cross-entropy, Adam at $3 \cdot 10^{-3}$, no clipping) for 200 steps on
+# batches of 32, three seeds, trained on 150 digits and on all 1,347, tested on the same 450.
 #
-# **Threshold, from the claim.** "ViTs need more data" predicts two things: with 150
-# training images the CNN's mean accuracy is higher than the ViT's by at least
-# `DATA_GAP` = 3 points, and with all the training images the ViT's deficit is smaller, by at
-# least `GAP_SHRINK` = 3 points too (a gap that loses a thousandth has not shrunk).
+# **Threshold, from the claim.** "ViTs need more data" predicts that with 150 training images
+# the CNN's mean accuracy beats the ViT's by at least `DATA_GAP` = 3 points, and that with all
+# of them the deficit shrinks by at least `GAP_SHRINK` = 3 points.
 
 # %%
 SIZES = (150, 1347)
@@ -432,16 +414,13 @@ record_claim(
 
 # %% [markdown]
 # **Verdict: reproduced, in the direction the data argument predicts.** With 150 training
-# digits the CNN leads by about 20 points of accuracy (0.92 against 0.72), with all 1,347 by
-# about 12 (0.95 against 0.83): the gap shrinks by about 9 points, three times `GAP_SHRINK`,
-# and the CNN is also the steadier of the two across seeds. What this scale cannot show is the
-# other half of the known result, the crossover: the ViT paper needed millions to hundreds of
-# millions of images before its models overtook convolutional ones, and our whole training set
-# is about the size of a single ImageNet class. Two caveats a sceptic would raise. The budget
-# is short: after 200 steps the ViT's training loss is still almost four times the CNN's
-# (0.588 against 0.158) and falling faster, so at this scale "needs more data" is partly
-# "needs more optimisation" — the convolution's built-in assumptions also make it quicker to
-# train. And neither model is tuned. Both caveats point the same way as the published result.
+# digits the CNN leads by about 20 points (0.92 against 0.72), with all 1,347 by about 12
+# (0.95 against 0.83): the gap shrinks by about 9 points, three times `GAP_SHRINK`, and the CNN
+# is steadier across seeds. The crossover is out of reach: the ViT paper needed millions of
+# images, and our training set is about one ImageNet class. Two caveats: after 200 steps the
+# ViT's training loss is still almost four times the CNN's (0.588 against 0.158) and falling
+# faster, so "needs more data" is partly "needs more optimisation"; and neither model is tuned.
+# Both point the same way as the published result.
 #
 # ## 7.2 Windows instead of the whole image: Swin (C25)
 #
@@ -449,25 +428,22 @@ record_claim(
 # next: the cost becomes linear in the image size while information still crosses windows,
 # and its hierarchical feature maps suit detection and segmentation.*
 #
-# The Swin Transformer (Liu et al., 2021) keeps the patch tokens but lets each one attend
-# only to the tokens of its own $w \times w$ window. One window costs $w^4$ scores whatever
-# the image, and the number of windows grows with the area, so the cost is linear in the
-# number of tokens. A fixed partition would cut the image into islands that never exchange
-# anything, so every second block moves the window grid by $w/2$ tokens along both axes.
-# The move is a cyclic roll, so that the shifted grid is again a regular one and the same
-# batched code applies; the pieces that wrap around the edge are kept apart by a mask, and
-# the roll is undone afterwards.
+# Swin (Liu et al., 2021) lets each patch token attend only within its $w \times w$ window:
+# $w^4$ scores per window, and a number of windows that grows with the area, so a cost linear
+# in the tokens. So that the windows are not islands, every second block moves the grid by
+# $w/2$ tokens along both axes, as a cyclic roll: the shifted grid is again regular, the same
+# batched code applies, a mask keeps apart the pieces that wrap around, and the roll is undone
+# afterwards.
 
 # %%
 fig = shifted_windows()
 
 # %% [markdown]
-# The three pieces, written out on an 8 × 8 map of token ids with 4 × 4 windows and a shift
-# of 2, and checked against the package's `window_partition` and `shifted_window_mask`
-# (which `SwinBlock` uses). The mask labels every cell of the rolled grid by the region it
-# came from (three bands per axis: untouched, the last window's part, the wrapped strip) and
-# lets two tokens of a window attend each other only when their labels match (True = may
-# attend). Exercise 07.2 puts them together into the block's attention sub-layer.
+# The three pieces, on an 8 × 8 map of token ids with 4 × 4 windows and a shift of 2, checked
+# against the package's `window_partition` and `shifted_window_mask` (which `SwinBlock` uses).
+# The mask labels each cell of the rolled grid by the region it came from (per axis: untouched,
+# the last window's part, the wrapped strip) and lets two tokens attend each other only when
+# their labels match (True = may attend). Exercise 07.2 assembles the block's attention.
 
 # %%
 side, win, shift = 8, 4, 2
@@ -491,15 +467,13 @@ print("tokens each of them may attend:", mask[-1].sum(-1).tolist())
 # %% [markdown]
 # ### Cost against image size
 #
-# One Swin block (the package's `SwinBlock`: width 32, 2 heads, 4 × 4 windows, shifted by 2)
-# against one pre-LN Transformer encoder layer with global attention (`EncoderLayer`, same
-# width, heads and feed-forward size), on token maps of side 8, 16 and 32 (64 to 1,024
-# tokens), counted exactly as in section 7.1.
+# One `SwinBlock` (width 32, 2 heads, 4 × 4 windows, shifted by 2) against one pre-LN
+# `EncoderLayer` with global attention (same width, heads and feed-forward size), on token maps
+# of side 8, 16 and 32 (64 to 1,024 tokens), counted as in section 7.1.
 #
 # **Threshold, from the claim.** "Linear in the image size" is exact for window attention:
-# the FLOPs and the peak bytes per token must be the same at every size (ratio 4.00 per
-# doubling of the side, to the last FLOP). Global attention must grow faster than the area:
-# more than 4× per doubling.
+# FLOPs and peak bytes per token must be the same at every size (ratio 4.00 per doubling of
+# the side, to the last FLOP). Global attention must grow more than 4× per doubling.
 
 # %%
 SWIN_SIDES = (8, 16, 32)
@@ -544,11 +518,10 @@ record_claim(
 # %% [markdown]
 # ### How far information travels, with and without the shift
 #
-# An output token of a stack of window blocks can only depend on the input tokens that some
-# chain of windows connects to it. That set is measurable exactly: back-propagate from one
-# output token to the whole input and see where the gradient is non-zero. Attention outside a
-# window, or across the mask, gets weight *exactly* zero, so "no influence" shows up as an
-# exact zero, not as a small number (`receptive_field`, in float64, with two random probes
+# An output token of a stack of window blocks can depend only on the input tokens some chain of
+# windows connects to it. Back-propagating from one output token shows that set exactly:
+# attention outside a window, or across the mask, gets weight *exactly* zero, so "no
+# influence" is an exact zero gradient (`receptive_field`, in float64, with two random probes
 # so that no influence is missed by accident).
 
 
@@ -619,9 +592,9 @@ def window_of(token: tuple[int, int], grid: int, window_size: int) -> Tensor:
 
 # %% [markdown]
 # We stack 1, 2 and 4 freshly initialised `SwinBlock`s on a 16 × 16 token map with 4 × 4
-# windows, once alternating regular and shifted windows as Swin does, once with regular
-# windows only, and read the field of *every* output token (`field_map`); the figure shows
-# the token at row 5, column 6.
+# windows, alternating regular and shifted windows as Swin does, and with regular windows
+# only, and read the field of *every* output token (`field_map`); the figure shows the token at
+# row 5, column 6.
 #
 # **Threshold, from the claim.** Without the shift every token's field must stay its own
 # window at every depth (16 tokens); with it, fields must leave their window from two blocks
@@ -689,34 +662,26 @@ record_claim(
 
 # %% [markdown]
 # The picture is exact, not statistical. With regular windows every token's field is its own
-# 4 × 4 window, 16 tokens, whether one block or four are stacked: no amount of depth lets
-# information in from outside, because every block partitions the map the same way. With the
-# shift, one block is still one window (the first block is a regular one), but two blocks
-# take the red token to 64 tokens, 48 of them outside its window: the shifted window around it
-# overlaps four regular windows, and each brings in everything it saw in the block before.
-# Four blocks reach 192 tokens.
+# 4 × 4 window, 16 tokens, at any depth. With the shift, one block is still one window (the
+# first block is regular), but two blocks take the red token to 64 tokens, 48 of them outside
+# its window (its shifted window overlaps four regular ones). Four blocks reach 192.
 #
-# Not every token crosses at two blocks, though: the 16 tokens in the 2 × 2 corners of the
-# map still see only their own window. Swin shifts by *rolling* the map (half a window up and
-# left), so the shifted windows at the map's edges are made of pieces from opposite sides,
-# and the mask (`shifted_window_mask`) lets each piece attend only to itself. A corner piece
-# is 2 × 2 tokens that all sit in one regular window: no new neighbour. They cross one pair
-# of blocks later, through tokens that did (at four blocks every token's field has left its
-# window). Across the edges of the map the shift brings in nothing, by design: that is the
-# image's border, not a window's. The field grows by up to a window's width per pair of
-# blocks (regular, then shifted), so covering a large image takes depth — or the patch
-# merging below, which halves every distance at each stage. **Verdict on "information crosses
-# windows": reproduced** for every token by four blocks (for all but the 16 corner tokens by
-# two), and without the shift it provably never does.
+# The 16 tokens in the 2 × 2 corners of the map still see only their own window at two
+# blocks: the rolled windows at the edges are pieces from opposite sides, the mask keeps each
+# piece to itself, and a corner piece lies in one regular window. They cross one pair of
+# blocks later, through tokens that did. The field grows by up to a window's width per pair of
+# blocks, so a large image takes depth — or the patch merging below, which halves every
+# distance at each stage. **Verdict on "information crosses windows": reproduced** for every
+# token by four blocks (for all but the 16 corner tokens by two), and without the shift it
+# provably never does.
 #
 # ### Patch merging: a pyramid of feature maps
 #
 # Between stages Swin merges every 2 × 2 group of neighbouring tokens into one
-# (`PatchMerging`: concatenate the four vectors, normalise, project $4C \to 2C$): the map's
-# side halves and its width doubles, as in a convolutional backbone. Below, a 16 × 16 map of
-# width 16 goes through three stages. At the last stage one window covers the 4 × 4 map, so
-# there is nothing to shift across: Swin (and the library's `SwinBlock`) turn the shift off
-# there.
+# (`PatchMerging`: concatenate, normalise, project $4C \to 2C$): the side halves and the width
+# doubles, as in a convolutional backbone. Below, a 16 × 16 map of width 16 goes through
+# three stages; at the last one a window covers the whole 4 × 4 map, so Swin (and `SwinBlock`)
+# turn the shift off.
 
 # %%
 torch.manual_seed(0)
@@ -735,12 +700,11 @@ for stage in range(3):
 print(" → ".join(f"{s}×{s}×{c}" for s, c in pyramid), "| last tensor", tuple(x_stage.shape))
 
 # %% [markdown]
-# Every stage halves the side and doubles the width: a 16 × 16 × 16 map becomes 8 × 8 × 32,
-# then 4 × 4 × 64, the shapes a convolutional backbone (ResNet) hands to a detection or
-# segmentation head, at a cost that stays linear in the area at every stage. The claim goes
-# further — that these maps *suit* detection and segmentation — and that is beyond what
-# this chapter can test: it would take a detection data set and a head (FPN, UPerNet) trained
-# on top. We record the pyramid as shown and the suitability as untested.
+# A 16 × 16 × 16 map becomes 8 × 8 × 32, then 4 × 4 × 64: the shapes a convolutional
+# backbone (ResNet) hands to a detection or segmentation head, at a cost linear in the area at
+# every stage. That these maps *suit* detection and segmentation would take a detection data
+# set and a head (FPN, UPerNet) to test: we record the pyramid as shown and the suitability as
+# untested.
 
 # %%
 claims07.assert_c25_pyramid(pyramid)
@@ -757,15 +721,13 @@ record_claim(
 # %% [markdown]
 # ### A task that only the shift can solve
 #
-# The receptive field says what *can* flow; a trained model shows whether it matters. The
-# task is made for the purpose, a small dense prediction: every cell of an 8 × 8 map holds one
-# of four colours, and every cell must output the colour of its right neighbour. Windows are
-# 4 × 4, so for the cells in column 3 the right neighbour lies in the next window; for the
-# cells in the other columns it lies in their own. Two Swin blocks (width 16, one head) with
-# the colour embedding as input, a linear read-out per cell, 150 steps of Adam (learning rate
-# $10^{-2}$, batches of 32), three seeds; once with the second block shifted, once with both
-# regular. No absolute positions: the blocks' relative position bias is the only place
-# where information comes from.
+# The receptive field says what *can* flow; a trained model shows whether it matters. Every
+# cell of an 8 × 8 map holds one of four colours and must output its right neighbour's colour.
+# With 4 × 4 windows, the right neighbour of a cell in column 3 lies in the next window; for
+# other columns, in its own. Two Swin blocks (width 16, one head) over the colour embedding, a
+# linear read-out per cell, 150 steps of Adam (learning rate $10^{-2}$, batches of 32), three
+# seeds; once with the second block shifted, once with both regular. The blocks' relative
+# position bias is the only source of position.
 
 
 # %%
@@ -843,7 +805,7 @@ def train_neighbour_copy(
 
 
 # %% [markdown]
-# **Threshold, from the claim.** At the window border, without the shift the model cannot see
+# **Threshold, from the claim.** At the window border the model without the shift cannot see
 # the neighbour, so its accuracy there must stay within 0.10 of chance (one colour in four,
 # 0.25); with the shift it must reach `SOLVED` = 0.90 at every seed. Inside the windows both
 # must reach 0.90.
@@ -899,13 +861,11 @@ record_claim(
 
 # %% [markdown]
 # At the window border the regular windows score 0.26, chance for four colours, at every seed:
-# the neighbour's colour is simply not in the tokens they can see. With the second block
-# shifted the same border reaches 0.95–0.97. Inside the windows both variants are perfect
-# (1.00), so the models learned the task; only the border, where the information has to cross,
-# separates them. **Verdict on C25: reproduced** in its three measurable parts — cost linear in
-# the area (exactly), information crossing windows only with the shift (exactly, and decisively
-# in a trained model), and a feature pyramid from patch merging — with the use of that
-# pyramid for detection left untested.
+# the neighbour's colour is not in what they can see. With the second block shifted the border
+# reaches 0.95–0.97. Inside the windows both are perfect (1.00). **Verdict on C25: reproduced**
+# in its three measurable parts — cost linear in the area (exactly), information crossing
+# windows only with the shift (exactly, and decisively in a trained model), and a feature
+# pyramid from patch merging — with the pyramid's use for detection left untested.
 #
 # ## 7.3 Time series: is attention the right tool for periodic, trending data? (C26)
 #
@@ -913,27 +873,22 @@ record_claim(
 # as plain attention, or steadier; time-aware encodings or Informer-style sparse attention are
 # the additions that help a Transformer.*
 #
-# There is a sharper version of this claim in the literature. Zeng, Chen, Zhang and Xu (2022)
-# asked "Are Transformers effective for time series forecasting?" and answered with a
-# one-layer linear model, DLinear, that beat the Transformer forecasters of the day
-# (Informer, Autoformer, FEDformer) on most of the long-term forecasting benchmarks they were
-# published with. Their argument: attention is permutation-invariant, and whatever order
-# information the position encodings put back is weak compared with what a forecaster needs,
-# the exact lag structure of the series. We test both versions on two series.
+# A sharper version: Zeng, Chen, Zhang and Xu (2022) asked "Are Transformers effective for
+# time series forecasting?" and answered with a one-layer linear model, DLinear, that beat the
+# Transformer forecasters of the day (Informer, Autoformer, FEDformer) on most of their own
+# long-term benchmarks: attention is permutation-invariant, and position encodings restore too
+# little of the exact lag structure a forecaster needs. We test both versions on two series.
 #
-# - **Real**: the Mauna Loa CO₂ record (`book.data.co2_monthly`): statsmodels ships it as
-#   weekly measurements from March 1958 to December 2001; we average them per month (526
-#   months) so that the yearly cycle has an exact period of 12. It is the textbook example of
-#   a trend with a seasonal cycle on top.
+# - **Real**: the Mauna Loa CO₂ record (`book.data.co2_monthly`), March 1958 to December
+#   2001, averaged per month (526 months) so the yearly cycle has an exact period of 12.
 # - **Synthetic**: 960 months of a linear trend, a yearly sine and its second harmonic, and
-#   Gaussian noise of standard deviation 0.2 (`synthetic_series`), where we know the best
-#   possible error: the noise.
+#   Gaussian noise of standard deviation 0.2 (`synthetic_series`); the noise is the best
+#   possible error.
 #
-# Each forecaster sees the last 36 months and predicts the next 12. The split is in time, as
-# it must be for forecasting: the first seven tenths of each series trains, the next tenth
-# validates, the last fifth tests (a window belongs to the part its targets fall in), and the
-# values are standardised with the mean and standard deviation of the training part only.
-# Errors are mean squared errors in those standardised units.
+# Each forecaster sees the last 36 months and predicts the next 12. The split is in time: the
+# first seven tenths trains, the next tenth validates, the last fifth tests (a window belongs
+# to the part its targets fall in); values are standardised with the training part's mean and
+# standard deviation, and errors are mean squared errors in those units.
 
 
 # %%
@@ -1074,20 +1029,19 @@ fig.tight_layout()
 #   sees all 36 months (`TCNBody`).
 # - **Transformer**: every month a token (value embedding + sinusoidal position), one pre-LN
 #   encoder layer of width 32 with 2 heads (`TransformerBody`); **no attention**: the same
-#   with the attention replaced by the identity on the values.
-# - **+ time**: the same with a learned embedding of the calendar month added to every token,
-#   Informer's "time-stamp" encoding.
-# - **Informer-style**: + time, with ProbSparse self-attention (`ProbSparseAttention`,
-#   the package's `probsparse_attention`): only the $u = c \lceil \ln L \rceil$ queries whose
-#   scores stand out most attend; the rest receive the mean of the values. Informer used
-#   $c = 5$ with 96-step inputs, 25 active queries of 96; with our 36 steps, $c = 2$ keeps a
-#   similar share active (8 of 36).
+#   with attention replaced by the identity.
+# - **+ time**: plus a learned embedding of the calendar month, Informer's "time-stamp"
+#   encoding.
+# - **Informer-style**: + time, with ProbSparse self-attention (`ProbSparseAttention`, the
+#   package's `probsparse_attention`): only the $u = c \lceil \ln L \rceil$ queries whose scores
+#   stand out most attend; the rest receive the mean of the values. Informer used $c = 5$ with
+#   96-step inputs, 25 active queries of 96; with our 36 steps, $c = 2$ keeps a similar share
+#   active (8 of 36).
 #
 # Every trained model works relative to the last observed value (`LastValueNormalization`,
-# the trick of DLinear's sibling NLinear): a trending series keeps leaving the range seen in
-# training, and subtracting the last value removes its level. Every one gets the same training
-# step, 200 steps of Adam on the MSE of batches of 16 windows, gradients clipped at 1, three
-# seeds:
+# from DLinear's sibling NLinear), which removes the level of a series that keeps leaving the
+# range seen in training. All train alike: 200 steps of Adam on the MSE of batches of 16
+# windows, gradients clipped at 1, three seeds:
 
 
 # %%
@@ -1122,17 +1076,13 @@ def train_forecaster(
 
 
 # %% [markdown]
-# **One read-out, matched capacity.** The library's forecasters differ in more than their
-# mixing: the LSTM and the TCN forecast from their *last* state, its Transformer from every
-# token's output flattened into one vector (`Linear(36·32, 12)`, a head that alone holds most
-# of its parameters). So here every model is a *body* that turns the history into one state per
-# month, `(B, L, D)`, and the same head reads it: `"last"` (`Linear(D, 12)` on the last month)
-# or `"flat"` (`Linear(L·D, 12)` on all of them). The bodies are sized to about the same number
-# of parameters (≈ 8.5 k): an LSTM of 44 units, a TCN of 24 channels, a one-layer encoder of
-# width 32. (Matched are the bodies: a flat head grows with the width, so the LSTM's is the
-# largest; the table below counts both parts.) And to see what attention itself adds, the
-# Transformer body once more with an attention that returns the values unchanged
-# (`no_attention`: each month keeps its own token, so the block is an MLP per month).
+# **One read-out, matched capacity.** The library's LSTM and TCN forecast from their *last*
+# state, its Transformer from every token's output flattened (`Linear(36·32, 12)`, a head
+# holding most of its parameters). So here every model is a *body* giving one state per month,
+# `(B, L, D)`, read by the same head: `"last"` (`Linear(D, 12)` on the last month) or
+# `"flat"` (`Linear(L·D, 12)` on all). The bodies are matched at about 8.5 k parameters (the
+# table counts heads too). To see what attention adds, the Transformer body runs once more with
+# attention returning the values unchanged (`no_attention`: an MLP per month).
 
 
 # %%
@@ -1279,19 +1229,17 @@ def tune_and_train(build, split: ForecastSplit, *, grid, seeds, steps: int,
 
 # %% [markdown]
 # "Tuned" means the same for every model: the learning rate chosen from
-# $\{10^{-3}, 3 \cdot 10^{-3}, 10^{-2}\}$ by the validation error of seed 0, the grid widened
-# (×3 steps) while the choice sits at its edge, so that every chosen value lies inside the
-# searched range (`tune_and_train`).
+# $\{10^{-3}, 3 \cdot 10^{-3}, 10^{-2}\}$ by seed 0's validation error, the grid widened (×3
+# steps) while the choice sits at its edge (`tune_and_train`).
 #
 # **Thresholds, from the claim** (`book.claims.ch07`), on every series and for each read-out
 # (LSTM and TCN against the Transformer with the same head): "as good as" = a mean test MSE at
 # most `AS_GOOD` = 10 % above the Transformer's; "steadier" = a smaller range over the seeds
-# *and* a worst seed no worse than the Transformer's worst (`c26_steadier`: a model steady but
-# worse everywhere is worse, not steadier). The claim holds on a series and read-out if the
-# LSTM or the TCN is as good or steadier. Attention "matters" if removing it raises the
-# Transformer's mean MSE by more than `AS_GOOD`. An addition "helps" if it lowers the mean MSE
-# of the plain Transformer. For Zeng et al.'s anchor, DLinear "beats" a Transformer variant if
-# its mean MSE is lower.
+# *and* a worst seed no worse than the Transformer's (`c26_steadier`). The claim holds on a
+# series and read-out if the LSTM or the TCN is as good or steadier. Attention "matters" if
+# removing it raises the Transformer's mean MSE by more than `AS_GOOD`; an addition "helps" if
+# it lowers the plain Transformer's mean MSE; DLinear "beats" a Transformer variant (Zeng et
+# al.'s anchor) if its mean MSE is lower.
 
 # %%
 INFORMER_FACTOR = 2
@@ -1414,56 +1362,49 @@ record_claim(
 #
 # - **The read-out decides more than attention does.** With the last-state head the
 #   Transformer is the worst of the three on both series (0.0059 on CO₂, 0.0153 on the
-#   synthetic series); with the flattened head every model improves, the LSTM and the TCN
-#   too (on the synthetic series the LSTM drops from 0.0128 to 0.0103, the best trained
-#   model of all). The old comparison gave the flat head to the Transformer alone.
+#   synthetic series); with the flattened head every model improves (on the synthetic series
+#   the LSTM drops from 0.0128 to 0.0103, the best trained model).
 # - **C26 holds with either head, on both series.** Last-state head: the TCN (0.0050) and the
-#   LSTM (0.0053) beat the Transformer (0.0059) on CO₂; on the synthetic series both beat it
-#   (0.0130 and 0.0128 against 0.0153). Flat head: on CO₂ the Transformer is the best
-#   (0.0039) but the TCN is within `AS_GOOD` of it (0.0041); on the synthetic series the LSTM
-#   and the TCN beat it.
-# - **Attention is not what the Transformer forecaster brings.** Replace it by the identity
-#   and nothing gets worse: 0.0041 against 0.0039 on CO₂, within `AS_GOOD`, and 0.0128 against
+#   LSTM (0.0053) beat the Transformer on CO₂, and both beat it on the synthetic series (0.0130
+#   and 0.0128). Flat head: on CO₂ the Transformer is best (0.0039) but the TCN is within
+#   `AS_GOOD` (0.0041); on the synthetic series the LSTM and the TCN beat it.
+# - **Attention is not what the Transformer forecaster brings.** Replaced by the identity,
+#   nothing gets worse: 0.0041 against 0.0039 on CO₂, within `AS_GOOD`, and 0.0128 against
 #   0.0153 on the synthetic series, *better*. A month's own value, its position and the flat
-#   head do the work; mixing the months adds nothing on 36-month inputs.
-# - **The additions** help on the synthetic series (the calendar embedding 0.0132, ProbSparse
-#   on top 0.0135, both below the plain 0.0153) and hurt on CO₂ (0.0042 and 0.0042 against
-#   0.0039).
+#   head do the work.
+# - **The additions** help on the synthetic series (calendar embedding 0.0132, ProbSparse on
+#   top 0.0135) and hurt on CO₂ (0.0042 and 0.0042).
 # - **DLinear** (888 parameters) beats every Transformer variant on the synthetic series
 #   (0.0120) and none of the flat-head ones on CO₂ (0.0048).
-# - Every trained model is far below the seasonal copy on CO₂ (0.0293): the copy is a year
-#   behind the trend, which is exactly what a last-value normalised model corrects.
+# - Every trained model is far below the seasonal copy on CO₂ (0.0293), which lags the trend
+#   by a year; a last-value normalised model corrects that.
 #
-# With 95 test windows from a single decade of CO₂ and three seeds, differences of a few
-# ten-thousandths are within what a seed moves (the seed ranges are printed beside the means),
-# so the verdicts below rest on the thresholds, and the sceptic's sweep above re-runs all of
-# it with seeds 3–5 and with three times the budget (600 steps, every model re-tuned).
+# With 95 test windows from one decade of CO₂ and three seeds, differences of a few
+# ten-thousandths are within what a seed moves (seed ranges are printed beside the means), so
+# the verdicts rest on the thresholds, and the sweep above re-runs everything with seeds 3–5
+# and with three times the budget (600 steps, every model re-tuned).
 #
-# **Verdict on C26: reproduced**, and it survives the sweep: with the same head and the same
-# tuning, a tuned LSTM or TCN is as good as the Transformer on both series and with both
-# heads at 200 steps, on seeds 3–5, and at 600 steps (where every model improves; on CO₂ the
-# flat Transformer is then best, 0.00316, with the LSTM and the TCN within 10 %). What the
-# earlier, unequal comparison read as "the Transformer wins on CO₂" was its flattening head.
+# **Verdict on C26: reproduced**, and it survives the sweep: with the same head and tuning, a
+# tuned LSTM or TCN is as good as the Transformer on both series and with both heads at 200
+# steps, on seeds 3–5, and at 600 steps (where on CO₂ the flat Transformer is best, 0.00316,
+# with the LSTM and the TCN within 10 %). "The Transformer wins on CO₂" was its flat head.
 #
 # **Verdict on attention in the forecaster: not reproduced at 200 steps** (seeds 0–2 and
 # 3–5: without attention the error is no worse than `AS_GOOD`), **partly at 600** (on CO₂
 # attention then lowers the error by more than 10 %, 0.00316 against 0.00359; on the
 # synthetic series the model without it is still better).
 #
-# **Verdict on the additions: partly**, at every setting of the sweep, but not for the same
-# reason: the calendar embedding and ProbSparse hurt on CO₂ every time, and on the synthetic
-# series one or both help, by margins from under 1 % to 14 % that change with the seeds. A
-# 36-month window holds three full years, so the calendar month is already written in the
-# values' own cycle; ProbSparse gives all but 8 of the 36 queries the plain mean of the
-# values. Neither is a reliable gain here.
+# **Verdict on the additions: partly**, at every setting of the sweep: they hurt on CO₂ every
+# time, and on the synthetic series one or both help, by margins from under 1 % to 14 % that
+# change with the seeds. A 36-month window holds three full years, so the calendar month is
+# already in the values' own cycle; ProbSparse gives all but 8 of the 36 queries the plain mean
+# of the values. Neither is a reliable gain here.
 #
 # **Verdict on the anchor, Zeng et al.: partly at seeds 0–2 and at 600 steps, not reproduced
-# on seeds 3–5.** DLinear, with 888 parameters, beats every Transformer variant on the
-# synthetic series at seeds 0–2 (0.0120) and at 600 steps, but on seeds 3–5 the
-# Informer-style model edges it there (0.01157 against 0.01207), and on CO₂ the flat-head
-# Transformers beat it everywhere. Later Transformer forecasters (PatchTST among them)
-# recovered their lead over linear models largely through such normalisation and by grouping
-# time steps into patches, the same move ViT made for images.
+# on seeds 3–5**, where the Informer-style model edges DLinear on the synthetic series
+# (0.01157 against 0.01207); on CO₂ the flat-head Transformers beat it everywhere. Later
+# forecasters (PatchTST among them) recovered the Transformer's lead largely through such
+# normalisation and by grouping time steps into patches, as ViT did for images.
 #
 # ### What ProbSparse is for: long inputs
 #
@@ -1505,13 +1446,12 @@ assert ps_exponent["dense"] > 1.99 and ps_exponent["ProbSparse, c = 5"] < 1.3
 #
 # ### Cross-attention: which patch does each word read?
 #
-# In cross-attention the queries come from one sequence and the keys and values from
-# another. Here the queries are words and the keys and values are image patches, so each
-# word's attention row is a distribution over the image: where that word looked. The task
-# makes the right answer known. An image is four real test digits tiled 2 × 2 (16 × 16
-# pixels, cut into 16 patches of 4 × 4), and the "text" is four words, *top-left*,
-# *top-right*, *bottom-left* and *bottom-right*, each of which must name the digit in its
-# quadrant. Nothing tells a word where its quadrant is; it must find out from the loss.
+# Here the queries are words and the keys and values image patches, so each word's attention
+# row is a distribution over the image: where that word looked. The task makes the right
+# answer known. An image is four real test digits tiled 2 × 2 (16 × 16 pixels, 16 patches of
+# 4 × 4), and the "text" is four words, *top-left*, *top-right*, *bottom-left* and
+# *bottom-right*, each of which must name the digit in its quadrant. Only the loss tells a word
+# where its quadrant is.
 
 # %%
 #| export
@@ -1570,9 +1510,9 @@ class QuadrantReader(nn.Module):
 # composites of test digits.
 #
 # **Threshold, from the claim.** If words find "their" patches, each word's attention mass on
-# its quadrant (4 of the 16 patches: 0.25 if attention were uniform) must be at least
-# `MIN_MASS` = 0.5, twice uniform, for every word and every seed, and the digits must be read
-# with accuracy of at least 0.8 (chance 0.1).
+# its quadrant (4 of the 16 patches: 0.25 if uniform) must be at least `MIN_MASS` = 0.5, twice
+# uniform, for every word and every seed, and the digits must be read with accuracy of at least
+# 0.8 (chance 0.1).
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 READER_STEPS = 300
@@ -1647,42 +1587,35 @@ record_claim(
 )
 
 # %% [markdown]
-# Every word found its quadrant, and found it sharply: about 0.97 of each word's attention
-# lands on the 4 patches of its quadrant at every seed, against 0.25 for attention spread
-# evenly, and the digits are read correctly 0.93 of the time (chance: 0.1). The heat maps show
-# the same thing on one image: each word lights up its own corner. Nothing in the model
-# knows what "top-left" means; the position embeddings of the patches and the word vectors
-# were learned together, from the loss alone. This is the mechanism by which captioning and
-# visual question-answering models let a word "look" at a region, and, as in chapter 5, a
-# heat map of it shows where a query read, not why the model answered as it did (chapter 9).
+# Every word found its quadrant, sharply: about 0.97 of each word's attention lands on the 4
+# patches of its quadrant at every seed (0.25 if even), and the digits are read correctly 0.93
+# of the time (chance: 0.1). Nothing in the model knows what "top-left" means; patch position
+# embeddings and word vectors were learned together, from the loss alone. This is how
+# captioning and visual question-answering models let a word "look" at a region; as in
+# chapter 5, the heat map shows where a query read, not why the model answered (chapter 9).
 #
-# Be clear about what the "words" are: four learned query vectors, one per slot, with no
-# text in them — no tokens, no embedding shared with a vocabulary, nothing a caption could
-# change. What the experiment shows is the mechanism's half of the claim: a query vector and
-# the patches' position embeddings can learn to meet, so that a query reads one region of
-# the image. That real text tokens, computed from a sentence, learn to address the right
-# patches (grounding "the dog on the left") is not tested here; a model would need a text
-# encoder and captions that vary. **Verdict on the cross-attention part of C27: reproduced,
-# for learned queries** (DETR's object queries and Perceiver's latents are exactly this).
+# The "words" are four learned query vectors with no text in them. That real text tokens learn
+# to address the right patches (grounding "the dog on the left") would need a text encoder and
+# varied captions. **Verdict on the cross-attention part of C27: reproduced, for learned
+# queries** (DETR's object queries and Perceiver's latents are exactly this).
 #
 # ### A tiny CLIP
 #
 # CLIP (Radford et al., 2021) never lets the two modalities attend to each other. An image
-# encoder and a text encoder each produce one vector; two linear projections bring both to a
-# shared width; both are normalised to unit length; and for a batch of $B$ matching pairs the
+# encoder and a text encoder each produce one vector; linear projections bring both to a
+# shared width and they are normalised to unit length; for a batch of $B$ matching pairs the
 # $B \times B$ matrix of cosine similarities, divided by a temperature $\tau$, is trained so
-# that each image picks out its own caption among the $B$ (a softmax over the row) and each
-# caption its own image (a softmax over the column). The loss is the mean of the two
-# cross-entropies (`clip_contrastive_loss`).
+# that each image picks out its own caption (a softmax over the row) and each caption its own
+# image (over the column). The loss is the mean of the two cross-entropies
+# (`clip_contrastive_loss`).
 
 # %%
 fig = clip_contrastive()
 
 # %% [markdown]
-# A property to check before training: when every logit is equal — embeddings that carry no
-# information — each row's softmax is uniform, $1/B$ on the right answer, so each direction's
-# cross-entropy is $\ln B$ and so is their mean. It is the loss an untrained model should
-# start near, and the "chance" level of the loss curve.
+# A property to check before training: when every logit is equal, each row's softmax puts
+# $1/B$ on the right answer, so both cross-entropies and their mean are $\ln B$: an untrained
+# model's starting point, the loss curve's "chance" level.
 
 # %%
 B_CHECK = 32
@@ -1694,18 +1627,15 @@ print(f"B = {B_CHECK}: loss with all logits equal {uniform_loss:.6f}, "
 claims07.assert_clip_uniform_loss(uniform_loss, B_CHECK)
 
 # %% [markdown]
-# Our pairs are built from the digits: a picture is two real training digits side by side
-# (8 × 16 pixels), its caption the two digits' names left to right, two tokens such as
-# "3 7" — so "7 3" is a different caption, and the text encoder must use word order. Each
-# training batch holds 32 *different* captions (drawn without replacement from the 100
-# possible ones), so that every image has exactly one right answer in its batch. The image
-# encoder is a one-layer ViT on 4 × 4 patches, the text encoder a one-layer Transformer over
-# the two tokens, both of width 32, projected to a shared width of 32 by the package's
-# `CLIPHead`, whose temperature is learned (in log space, starting at CLIP's $\tau = 0.07$).
-# 250 steps of Adam on batches of 32, three seeds. The test is retrieval among 100 pairs of
-# *test* digits, one per caption: for each picture, is its own caption the most similar of
-# the 100 (image → text), and for each caption, is its own picture (text → image)? Chance is
-# 1 in 100 each way.
+# A picture is two real training digits side by side (8 × 16 pixels), its caption their names
+# left to right, two tokens such as "3 7"; "7 3" is a different caption, so the text encoder
+# must use word order. Each batch holds 32 *different* captions (drawn without replacement
+# from the 100 possible), so every image has one right answer. The image encoder is a
+# one-layer ViT on 4 × 4 patches, the text encoder a one-layer Transformer, both of width 32,
+# projected to a shared width of 32 by `CLIPHead`, whose temperature is learned (in log space,
+# from CLIP's $\tau = 0.07$). 250 steps of Adam on batches of 32, three seeds. The test is
+# retrieval among 100 pairs of *test* digits, one per caption, in both directions (image →
+# text, text → image); chance is 1 in 100.
 
 
 # %%
@@ -1851,7 +1781,7 @@ def contrastive_loss_floor(batch_size: int, logit_scale: float) -> float:
 # embedding can reach at a fixed scale $s = 1/\tau$ is that of the regular simplex (matching
 # pairs at cosine 1, all others at $-1/(B-1)$):
 # $\ln\bigl(1 + (B-1)\, e^{-s B/(B-1)}\bigr)$ (`contrastive_loss_floor`). We train the same
-# model a second time with the scale fixed at 1.
+# model again with the scale fixed at 1.
 #
 # **Thresholds, from the claim.** Alignment works if retrieval is at least ten times chance
 # (`MIN_RETRIEVAL` = 0.10) in both directions at every seed with the learned temperature. The
@@ -1975,35 +1905,28 @@ record_claim(
 
 # %% [markdown]
 # With the learned temperature the tiny CLIP retrieves the right caption for 0.31 of the
-# held-out pictures and the right picture for 0.43 of the captions (chance 0.01), at every
-# seed above the threshold, without a single class label. With $\tau = 1$ both directions drop
-# to about 0.2, and the loss stalls at 2.73, close to the lowest value that scale allows
-# (2.488) and far from the learned runs' 0.99: cosine logits confined to $[-1, 1]$ cannot
-# express a confident match. (The gradient does not vanish there: the right pair's logit
-# still gets $p - 1 \approx -0.9$; what is missing is room, since no cosine can rise above
-# 1.) The learned runs *start* above $\ln 32$: at a scale of 14.3, random embeddings give
+# held-out pictures and the right picture for 0.43 of the captions (chance 0.01), above the
+# threshold at every seed, without a class label. With $\tau = 1$ both drop to about 0.2, and
+# the loss stalls at 2.73, near the floor that scale allows (2.488) and far from the learned
+# runs' 0.99: cosines confined to $[-1, 1]$ cannot express a confident match. (The gradient
+# does not vanish: the right pair's logit still gets $p - 1 \approx -0.9$; what is missing is
+# room.) The learned runs *start* above $\ln 32$: at a scale of 14.3, random embeddings give
 # confident, wrong logits.
 #
-# The third arm settles what the temperature experiment shows. With $1/\tau$ *fixed* at
-# CLIP's starting value, 14.3, and never learned, retrieval is the same as with the learned
-# one (0.33 and 0.43); the learned scale itself only drifts to about 16. So the experiment
-# shows that **a large scale is needed**, not that learning it helps ("C27 τ learned": not
-# reproduced, by the margin `LEARN_MARGIN` = 0.05, the sampling error of 100 test pairs). In
-# CLIP, learning $\tau$ saves a hyper-parameter search; here one guess of the right size
-# does as well.
+# A third arm fixes $1/\tau$ at CLIP's starting value, 14.3: retrieval matches the learned
+# scale's (0.33 and 0.43), which itself only drifts to about 16. So **a large scale is
+# needed**, but learning it does not help ("C27 τ learned": not reproduced, by the margin
+# `LEARN_MARGIN` = 0.05, the sampling error of 100 test pairs). In CLIP, learning $\tau$ saves
+# a hyper-parameter search; here one guess of the right size does as well.
 #
-# The budget is short: the loss is still falling at step 250. The sweep trains three times as
-# long: retrieval rises to 0.397 and 0.477, and every verdict above holds (τ = 1 stays near 0.2,
-# the fixed 14.3 stays level with the learned scale), and so do they on seeds 3–5 (the sweep
-# is printed above, below the verdicts).
+# Trained three times as long (the loss still falls at step 250), retrieval rises to 0.397 and
+# 0.477 and every verdict holds, as it does on seeds 3–5 (the sweep is printed above).
 #
-# What the small scale cannot show: zero-shot transfer, CLIP's reason for being, which needs
-# hundreds of millions of web pairs and an open vocabulary; ours has ten tokens, so retrieval
-# here is a matching problem. The mechanism the claim describes — two encoders, a projection
-# to a shared width, a symmetric contrastive loss, a temperature — is what we built and
-# measured. **Verdict on C27: reproduced**, for the cross-attention (with learned queries) and
-# the contrastive alignment, at 250 steps and at 750, on both sets of seeds; the scale must
-# be large, and learning it did not beat fixing it.
+# The small scale cannot show zero-shot transfer, CLIP's reason for being, which needs hundreds
+# of millions of web pairs and an open vocabulary; with ten tokens, retrieval here is a
+# matching problem. **Verdict on C27: reproduced**, for the cross-attention (with learned
+# queries) and the contrastive alignment, at 250 steps and at 750, on both sets of seeds; the
+# scale must be large, and learning it did not beat fixing it.
 #
 # ## Claims checked
 
@@ -2014,21 +1937,18 @@ claims_table()
 # ## Takeaways
 #
 # - An image becomes a sequence by cutting it into patches; a reshape alone does not do it
-#   (exercise 07.1). What ViT gives up is the convolution's assumptions about images, and at
-#   small data it pays for that: the CNN was ahead at every training-set size we tried, by
-#   less as the data grew.
-# - Global attention over patches costs a quadratic in their number, exactly: the FLOPs of a
-#   ViT are a quadratic in the tokens whose leading coefficient is $4 \cdot$ layers $\cdot d$.
-#   Window attention costs the same per token at every size.
-# - Windows are islands unless the grid moves. The shifted window is what lets information
-#   cross, and without it a model provably cannot see past a border — which the trained model
-#   showed as chance accuracy exactly there.
-# - For forecasting, a fair comparison needs a split in time, one budget, several seeds, the
-#   same read-out and tuning for every model, and a seasonal-naive line to beat. Given the
-#   same head, a tuned LSTM or TCN is as good as the Transformer on both series; the head
-#   (last state or all of them flattened) moves the errors more than the mixing does, and
-#   the Transformer without attention does as well as with it. A linear model with 888
-#   parameters was the best on the synthetic series.
+#   (exercise 07.1). ViT gives up the convolution's assumptions about images, and with little
+#   data it pays: the CNN led at every training-set size we tried, by less as data grew.
+# - Global attention over patches costs exactly a quadratic in their number, with leading
+#   coefficient $4 \cdot$ layers $\cdot d$; window attention costs the same per token at every
+#   size.
+# - Windows are islands unless the grid moves: without the shift a model provably cannot see
+#   past a border, and the trained model scored chance exactly there.
+# - A fair forecasting comparison needs a split in time, one budget, several seeds, the same
+#   read-out and tuning for every model, and a seasonal-naive line to beat. Given the same
+#   head, a tuned LSTM or TCN is as good as the Transformer; the head moves the errors more
+#   than the mixing, and removing attention costs nothing. A linear model with 888 parameters
+#   was best on the synthetic series.
 # - Cross-attention lets learned queries read image regions; contrastive learning aligns two
 #   encoders without labels, provided the scale $1/\tau$ lets the logits be confident — a
 #   large fixed scale does as well as a learned one here.
@@ -2039,29 +1959,25 @@ claims_table()
 # images into patch tokens (in the order the patch embedding expects); write Swin's
 # shifted-window attention (and roll it back); write CLIP's symmetric loss (both directions);
 # count the attention scores of a ViT layer; write the seasonal-naive forecast; and predict,
-# then run, CLIP with its scale fixed at 5. Check your
-# answers in the notebook, or all at once with `make check CH=07`.
+# then run, CLIP with its scale fixed at 5. Check your answers in the notebook, or all at once
+# with `make check CH=07`.
 #
 # ## Further reading
 #
-# - Dosovitskiy, Beyer, Kolesnikov, Weissenborn, Zhai, Unterthiner, Dehghani, Minderer,
-#   Heigold, Gelly, Uszkoreit, Houlsby (2021), *An Image is Worth 16x16 Words: Transformers
-#   for Image Recognition at Scale* — ViT, and its results against data size.
-# - Liu, Lin, Cao, Hu, Wei, Zhang, Lin, Guo (2021), *Swin Transformer: Hierarchical Vision
-#   Transformer using Shifted Windows* — window attention, the cyclic shift and its mask,
-#   patch merging.
-# - Zhou, Zhang, Peng, Zhang, Li, Xiong, Zhang (2021), *Informer: Beyond Efficient Transformer
-#   for Long Sequence Time-Series Forecasting* — ProbSparse attention and time-stamp
-#   encodings.
+# - Dosovitskiy et al. (2021), *An Image is Worth 16x16 Words: Transformers for Image
+#   Recognition at Scale* — ViT, and its results against data size.
+# - Liu et al. (2021), *Swin Transformer: Hierarchical Vision Transformer using Shifted
+#   Windows* — window attention, the cyclic shift and its mask, patch merging.
+# - Zhou et al. (2021), *Informer: Beyond Efficient Transformer for Long Sequence Time-Series
+#   Forecasting* — ProbSparse attention and time-stamp encodings.
 # - Zeng, Chen, Zhang, Xu (2023, AAAI; arXiv 2022), *Are Transformers Effective for Time Series
 #   Forecasting?* — DLinear and NLinear against the Transformer forecasters.
-# - Nie, Nguyen, Sinthong, Kalagnanam (2023), *A Time Series is Worth 64 Words: Long-term
-#   Forecasting with Transformers* — PatchTST: patches and instance normalisation.
+# - Nie et al. (2023), *A Time Series is Worth 64 Words: Long-term Forecasting with
+#   Transformers* — PatchTST: patches and instance normalisation.
 # - Bai, Kolter, Koltun (2018), *An Empirical Evaluation of Generic Convolutional and Recurrent
 #   Networks for Sequence Modeling* — the TCN.
-# - Radford, Kim, Hallacy, Ramesh, Goh, Agarwal, Sastry, Askell, Mishkin, Clark, Krueger,
-#   Sutskever (2021), *Learning Transferable Visual Models From Natural Language Supervision*
-#   — CLIP.
+# - Radford et al. (2021), *Learning Transferable Visual Models From Natural Language
+#   Supervision* — CLIP.
 # - Alayrac et al. (2022), *Flamingo: a Visual Language Model for Few-Shot Learning* —
 #   cross-attention from a language model to image features.
 # - Keeling, Whorf (2004), *Atmospheric CO₂ records from sites in the SIO air sampling

@@ -14,18 +14,16 @@
 # %% [markdown]
 # # Chapter 8 — Writing attention by hand
 #
-# In every other chapter the code serves an argument; in this one the code *is* the argument.
-# We write a single attention head as a PyTorch module, then a multi-head one, one line at a
-# time, and after each line we check the intermediate tensor against the package and against
-# PyTorch's own `nn.MultiheadAttention` given the same weights. Then we break it on purpose.
-# Multi-head attention has two lines that only rearrange memory — the `view`/`transpose`
-# that cuts the model width into heads, and the one that glues the heads back — and there are
-# several plausible ways to write each that give the right *shape* and the wrong *content*.
-# The article warns that such a slip runs without an error and quietly ruins the model (C28).
-# We take that apart: what each wrong order does to the data, how much each one costs a model
-# trained on a task that needs its heads, why a single head hides all of this, and which unit
-# tests see it. The article recommends three tests (shape, causal mask, non-zero gradients);
-# we run them on every broken module and count what they catch.
+# Here the code *is* the argument. We write a single attention head as a PyTorch module, then a
+# multi-head one, one line at a time, checking each intermediate tensor against the package and
+# against PyTorch's `nn.MultiheadAttention` given the same weights. Then we break it on
+# purpose. Multi-head attention has two lines that only rearrange memory — the
+# `view`/`transpose` that cuts the model width into heads, and the one that glues them back —
+# and several plausible ways to write each give the right *shape* and the wrong *content*. The
+# article warns that such a slip runs without an error and quietly ruins the model (C28). We
+# take that apart: what each wrong order does to the data and to a model that needs its heads,
+# why a single head hides it, and which unit tests see it, the article's three (shape, causal
+# mask, non-zero gradients) included.
 
 # %% [markdown]
 # **Learning goals.** After this chapter you can
@@ -37,8 +35,8 @@
 # - recognise the common wrong `view`/`transpose` orders and say what each does to the data;
 # - explain why a head-layout bug is invisible with one head, and why some wrong orders are
 #   harmless while others wreck training;
-# - choose unit tests that catch a layout bug, and say why shape, mask and gradient tests do
-#   not.
+# - choose unit tests that catch a layout bug, and say why shape, mask and gradient tests
+#   miss it.
 
 # %%
 #| default_exp ch08
@@ -68,15 +66,15 @@ make_deterministic(0)
 # ## 8.1 One head, from the formula
 #
 # Chapter 2 wrote attention as five steps: project the tokens to queries, keys and values,
-# score every query against every key, scale by $1/\sqrt{d_k}$, turn each row of scores into
-# probabilities with a softmax, and average the values with those probabilities. As a module
-# that is three `nn.Linear` layers and five lines. A mask, when there is one, is applied to
-# the scores before the softmax; we use the package's convention, `True` = may attend, and
-# fill forbidden scores with $-\infty$ so that they get exactly zero weight.
+# score every query against every key, scale by $1/\sqrt{d_k}$, softmax each row of scores,
+# and average the values with those probabilities. As a module: three `nn.Linear` layers and
+# five lines. A mask is applied to the scores before the softmax, with the package's
+# convention, `True` = may attend; forbidden scores are filled with $-\infty$ so that they get
+# exactly zero weight.
 #
-# The running example of this chapter is small and lopsided on purpose, so that no two axes
-# have the same length and a shape printout cannot be ambiguous: a batch of $B = 2$
-# sequences of $L = 6$ tokens, model width $D = 12$, later $H = 3$ heads of $d_k = 4$.
+# The running example is lopsided on purpose, so that no two axes have the same length and a
+# shape printout cannot be ambiguous: $B = 2$ sequences of $L = 6$ tokens, model width
+# $D = 12$, later $H = 3$ heads of $d_k = 4$.
 
 # %%
 B, L, D, H = 2, 6, 12, 3
@@ -108,10 +106,10 @@ out_1, weights_1 = one_head(x)  # (B, L, d_k), (B, L, L)
 print("out", tuple(out_1.shape), "weights", tuple(weights_1.shape))
 
 # %% [markdown]
-# The package's `SelfAttention` is the same module (its weights have the same names, so one
-# loads the other's `state_dict`). Both must agree with and without a causal mask — and the
-# causal mask must leave the first token looking only at itself, which is the article's
-# second test in its simplest form.
+# The package's `SelfAttention` is the same module (same weight names, so one loads the
+# other's `state_dict`). Both must agree with and without a causal mask, and the causal mask
+# must leave the first token looking only at itself: the article's second test in its simplest
+# form.
 
 # %%
 package_head = SelfAttention(D, DH)
@@ -131,20 +129,19 @@ print("OneHead = attention.heads.SelfAttention, without and with a causal mask: 
 #
 # Multi-head attention (chapter 3) runs $H$ such heads side by side, each on its own
 # $d_k = D/H$ slice of the projected features, and mixes their outputs with one more matrix
-# $W_O$. Nothing about the arithmetic is new. What is new are two lines that compute nothing
-# and only rearrange memory:
+# $W_O$. The arithmetic is not new; two lines that compute nothing and only rearrange memory
+# are:
 #
 # - **split**: `(B, L, D)` → `(B, H, L, d_k)`. First `view(B, L, H, d_k)`: each token's $D$
 #   features are cut into $H$ consecutive slices (free: memory is laid out token by token).
-#   Then `transpose(1, 2)`: the head axis moves in front of the sequence axis, so that each
-#   head becomes a batch of its own sequences.
+#   Then `transpose(1, 2)`: the head axis moves in front of the sequence axis, so each head
+#   becomes a batch of its own sequences.
 # - **merge**: `(B, H, L, d_k)` → `(B, L, D)`. `transpose(1, 2)` back, then flatten the last
-#   two axes. After a transpose the tensor is no longer contiguous in memory, so the flattening
-#   needs `.contiguous().view(...)` (or `reshape`, which copies when it must).
+#   two axes. After a transpose the tensor is not contiguous, so the flattening needs
+#   `.contiguous().view(...)` (or `reshape`, which copies when it must).
 #
-# We go through the forward pass step by step with the weights of a package layer (with
-# biases, as in `nn.MultiheadAttention`) and check every intermediate against the package's
-# own pieces.
+# We step through the forward pass with a package layer's weights (with biases, as in
+# `nn.MultiheadAttention`), checking every intermediate against the package's own pieces.
 
 # %%
 torch.manual_seed(2)
@@ -178,10 +175,10 @@ for name, t in (("Q", Q), ("q (split)", q), ("weights", weights), ("heads", head
     print(f"{name:>10}: {tuple(t.shape)}")
 
 # %% [markdown]
-# Now the same lines as a module, written the way one writes it for a project — with a mask
-# argument and the weights returned on request. Its four projections have the package's
-# names, so it loads any package layer's `state_dict`; with `H = 1` it is the article's
-# "single-head" module with an output projection.
+# The same lines as a module, as one writes it for a project — with a mask argument and the
+# weights returned on request. Its four projections have the package's names, so it loads any
+# package layer's `state_dict`; with `H = 1` it is the article's "single-head" module with an
+# output projection.
 
 
 # %%
@@ -229,13 +226,11 @@ print("MyMultiHeadAttention = attention.heads.MultiHeadAttention, without and wi
 #
 # 1. **One packed input matrix.** `in_proj_weight` has shape `(3D, D)`: rows `0 … D−1` are
 #    $W_Q$, rows `D … 2D−1` are $W_K$, rows `2D … 3D−1` are $W_V$, each in `nn.Linear`'s
-#    `(out, in)` orientation, so that `x @ in_proj_weight[:D].T` are the queries. Within each
-#    block, head $h$ owns rows $h d_k \dots (h+1) d_k - 1$ — the same slices our split takes.
+#    `(out, in)` orientation, so `x @ in_proj_weight[:D].T` are the queries. Within each
+#    block, head $h$ owns rows $h d_k \dots (h+1) d_k - 1$, the slices our split takes.
 #    `in_proj_bias` `(3D,)` is packed the same way. (With `kdim`/`vdim` different from
-#    `embed_dim`, torch keeps three separate `q_proj_weight`, `k_proj_weight`,
-#    `v_proj_weight` instead.)
-# 2. **`out_proj`** is an ordinary `Linear(D, D)`: it maps over unchanged; its columns
-#    $h d_k \dots$ read head $h$.
+#    `embed_dim`, torch keeps separate `q_proj_weight`, `k_proj_weight`, `v_proj_weight`.)
+# 2. **`out_proj`** is an ordinary `Linear(D, D)`; its columns $h d_k \dots$ read head $h$.
 # 3. **`batch_first=False` is the default**: inputs are `(L, B, D)` unless you ask for
 #    `batch_first=True`.
 # 4. **Weights come averaged over heads** by default (`need_weights=True,
@@ -248,7 +243,7 @@ print("MyMultiHeadAttention = attention.heads.MultiHeadAttention, without and wi
 fig = weight_layout()
 
 # %% [markdown]
-# Here is the mapping written out by hand, then checked against the package's converter
+# The mapping written out by hand, checked against the package's converter
 # (`MultiHeadAttention.to_torch`) and against each point of the list.
 
 # %%
@@ -286,13 +281,13 @@ print("by hand = nn.MultiheadAttention with the same weights: outputs, weights, 
 
 # %% [markdown]
 # **The most common silent bug with torch's module** is point 3: a module built with the
-# default `batch_first=False` and fed `(B, L, D)`. It runs and returns the right shape, but it
-# reads the batch axis as the sequence: each token attends to the tokens at the same position
-# in the *other sequences of the batch*, never to its own neighbours. A shape test cannot see
-# it, and neither can the permutation test of section 8.5: shuffling the positions shuffles
-# what the module takes for separate sequences, so the output shuffles along. Two tests do:
-# the comparison with a `batch_first=True` module given the same weights, and *batch
-# independence* — change sequence 1 only, and sequence 0's output must not move.
+# default `batch_first=False` and fed `(B, L, D)`. It returns the right shape, but reads the
+# batch axis as the sequence: each token attends to the same position in the *other sequences
+# of the batch*, never to its own neighbours. Neither a shape test nor the permutation test of
+# section 8.5 sees it (shuffling positions shuffles what the module takes for separate
+# sequences, so the output shuffles along). Two tests do: the comparison with a
+# `batch_first=True` module given the same weights, and *batch independence* — change sequence
+# 1 only, and sequence 0's output must not move.
 
 # %%
 with torch.no_grad():
@@ -312,12 +307,11 @@ assert wrong.shape == x.shape and not torch.allclose(wrong, ours)
 assert moved > 1e-3 and kept < 1e-6 and equivariant
 
 # %% [markdown]
-# The forgiving details are worth knowing too: torch scales by $1/\sqrt{d_k}$ with the head
-# width, as we do; in evaluation mode without gradients it may take a fused "fast path",
-# whose results differ from the step-by-step ones only by rounding (the comparisons above use
-# `assert_close`'s float32 tolerances for that reason). From here on the chapter uses the
-# package's layer as the reference and, for the broken variants, `HandMultiHeadAttention`
-# (section 8.4): the class above with the split and merge as a parameter.
+# The forgiving details: torch scales by $1/\sqrt{d_k}$ with the head width, as we do; in
+# evaluation mode without gradients it may take a fused "fast path" that differs only by
+# rounding (hence `assert_close`'s float32 tolerances above). From here on the reference is the
+# package's layer; the broken variants use `HandMultiHeadAttention` (section 8.4): the
+# class above with the split and merge as a parameter.
 
 # %% [markdown]
 # ## 8.4 C28: the wrong orders
@@ -325,11 +319,11 @@ assert moved > 1e-3 and kept < 1e-6 and equivariant
 # **The claim.** Getting the order of `view` and `transpose` wrong raises no error, mixes the
 # heads and ruins the model's results.
 #
-# **The usual wrong versions.** We collected the ones that turn up in practice. Each gives
-# the right shape; the table lists its split and merge as one would write them (`x` is a
-# projection `(B, L, D)`, `out` the attention's output), and what it does to the data. Each
-# layout is a pair of functions and the same two lines as a reader writes them (the book's
-# tests check that the strings do what the functions do).
+# **The usual wrong versions**, as they turn up in practice. Each gives the right shape; the
+# table lists its split and merge as one would write them (`x` is a projection `(B, L, D)`,
+# `out` the attention's output) and what it does to the data. Each layout is a pair of
+# functions plus those two lines (the book's tests check that the strings do what the
+# functions do).
 
 # %%
 #| export
@@ -484,25 +478,24 @@ for name, layout in LAYOUTS.items():
 # - **reshape split** views the projection straight as `(B, H, L, d_k)`. Memory is token by
 #   token, so the first "head" receives the first $L/H$ tokens *whole*, each cut into $H$
 #   pieces that it treats as separate tokens.
-# - **reshape merge** gets the split right and glues the heads back with a plain
-#   `view(B, L, D)`: token $t$'s output row is filled with consecutive blocks of the heads'
-#   outputs, so rows mix several tokens.
-# - **reshape both** makes the two mistakes together. They undo each other, so a
-#   "split then merge gives back the input" test passes, but between the two the attention
-#   ran on the wrong pieces: head $h$ only sees a block of the sequence.
+# - **reshape merge** splits right but glues the heads back with a plain `view(B, L, D)`:
+#   token $t$'s output row is filled with consecutive blocks of the heads' outputs, so rows mix
+#   several tokens.
+# - **reshape both** makes both mistakes. They undo each other, so a "split then merge gives
+#   back the input" test passes, but in between the attention ran on the wrong pieces: head $h$
+#   only sees a block of the sequence.
 # - **transpose first** swaps the sequence and feature axes before cutting: each head keeps its
 #   own features but reads them feature by feature, so one of its "tokens" holds one feature
 #   of several positions.
 # - **no transpose** forgets the transpose: the attention runs over the $H$ slices of each
 #   token, and tokens never see each other.
 # - **interleaved** views as `(B, L, d_k, H)`: head $h$ gets every $H$-th feature instead of a
-#   contiguous slice. It differs from `nn.MultiheadAttention`, but only by a fixed permutation
+#   contiguous slice — different from `nn.MultiheadAttention`, but only by a fixed permutation
 #   of features inside each token.
 # - **no contiguous** forgets `.contiguous()` in the merge — and that one is not silent.
 #
-# The diagrams apply each split (and each merge) to a labelled tensor — 4 tokens of 6
-# features, 2 heads — so that every cell shows which token (colour) and which feature
-# (number) ends up where.
+# The diagrams apply each split (and merge) to a labelled tensor — 4 tokens of 6 features, 2
+# heads: colour is the token, number the feature.
 
 # %%
 fig = split_layouts()
@@ -514,9 +507,9 @@ fig = merge_layouts()
 # **The module with the layout as a parameter.** `HandMultiHeadAttention` is
 # `MyMultiHeadAttention` of section 8.2 with the split and merge taken from a layout (and
 # optional rotary positions, applied to q and k after the split, on whatever the layout made
-# of them, as a buggy model would). Its projections have the package's names, so with the
-# correct layout it loads a package layer's `state_dict` and computes the same thing.
-# `make_attention` gives every layout the same weights.
+# of them, as a buggy model would). With the correct layout it loads a package layer's
+# `state_dict` and computes the same thing. `make_attention` gives every layout the same
+# weights.
 
 # %%
 #| export
@@ -620,14 +613,13 @@ else:
 # %% [markdown]
 # ### With one head, the bug hides
 #
-# With $H = 1$ there is only one head to mix up, and most of the wrong orders become the
-# right one: `view(B, 1, L, D)` of a `(B, L, D)` tensor reinterprets nothing, interleaving
-# one head is the identity, and `transpose(1, 2)` of a size-1 axis moves no memory (so even
-# the missing `.contiguous()` goes through). Two wrong orders still change the computation
-# with one head — **transpose first** still swaps positions and features, and **no
-# transpose** still attends over the wrong axis. That is our prediction: with one head, the
-# outputs of *reshape split*, *reshape merge*, *reshape both*, *interleaved* and
-# *no contiguous* are exactly equal to the correct module's (same weights), and all of them
+# With $H = 1$ most of the wrong orders become the right one: `view(B, 1, L, D)` of a
+# `(B, L, D)` tensor reinterprets nothing, interleaving one head is the identity, and
+# `transpose(1, 2)` of a size-1 axis moves no memory (so even the missing `.contiguous()` goes
+# through). Only **transpose first** (still swapping positions and features) and **no
+# transpose** (still attending over the wrong axis) change the computation. The prediction:
+# with one head, *reshape split*, *reshape merge*, *reshape both*, *interleaved* and
+# *no contiguous* are exactly equal to the correct module (same weights), and all of them
 # differ with three heads.
 
 # %%
@@ -654,37 +646,32 @@ record_claim(
 )
 
 # %% [markdown]
-# This is why the bug survives so well in practice: a model first written and debugged with
-# one head, then scaled to several, changes behaviour at exactly the moment nobody is
-# looking. Whether a single-head check can catch the remaining two is the subject of section 8.5.
+# So the bug survives: a model debugged with one head changes behaviour when scaled up, when
+# nobody is looking. Whether a single-head check
+# catches the remaining two is the subject of section 8.5.
 #
 # ### Does it ruin training?
 #
-# **A task that needs separate heads.** We reuse chapter 3's two-relation task: sequences of
-# 6 letters, each once in lower and once in upper case, every token carrying a digit 0–7; at
-# every position the model must output the digit of the *previous token* (a positional
-# relation) and the digit of its *partner*, the same letter in the other case (a relation
-# found by content). One head cannot serve both (chapter 3 measured that); two heads can,
-# one per relation. The model is chapter 3's too, except that its attention is
-# `HandMultiHeadAttention` with the layout under test: embedding, one pre-LN block (2 heads,
-# rotary positions applied after the split, a feed-forward network), read-out; width 32,
-# 300 steps of Adam at learning rate 0.01, batches of 64 (the printout below lists the
-# setup). These are chapter 3's settings, not tuned here. Every layout starts from the same
-# weights and sees the same batches; three seeds each.
+# **A task that needs separate heads.** Chapter 3's two-relation task: sequences of 6 letters,
+# each once in lower and once in upper case, every token carrying a digit 0–7; at every
+# position the model must output the digit of the *previous token* (a positional relation) and
+# of its *partner*, the same letter in the other case (a relation found by content). One head
+# cannot serve both (chapter 3 measured that); two heads can. The model is chapter 3's too,
+# with `HandMultiHeadAttention` in the layout under test: embedding, one pre-LN block (2 heads,
+# rotary positions after the split, a feed-forward network), read-out; width 32, 300 steps of
+# Adam at learning rate 0.01, batches of 64 — chapter 3's settings, not tuned here. Every
+# layout starts from the same weights and sees the same batches; three seeds each.
 #
 # **What we expect, and the thresholds.** Not every wrong order is equally wrong. The
-# *interleaved* layout only permutes the features inside each token, and a permutation of
-# the projections' outputs can be absorbed into the weights: the interleaved module with
-# weights $W$ computes exactly what the correct module computes with the rows of $W_Q, W_K,
-# W_V$ permuted. We check that equality first (up to float rounding: the same products,
-# summed in a possibly different order). Since PyTorch initialises every weight
-# independently, the permuted weights are as likely as the original ones, so an interleaved
-# model trains like a correct one. The other five layouts put pieces of different tokens
-# into one head's "token", and nothing in the weights can undo that. So:
+# *interleaved* layout only permutes the features inside each token, and the weights can absorb
+# that: with weights $W$ it computes exactly what the correct module computes with the rows of
+# $W_Q, W_K, W_V$ permuted. We check that equality first (up to float rounding). PyTorch initialises
+# every weight independently, so the permuted weights are as likely as the original ones and
+# an interleaved model trains like a correct one. The other five layouts put pieces of
+# different tokens into one head's "token", which no weights can undo. So:
 #
 # - the correct layout must learn the task: every seed's held-out accuracy (both digits)
-#   at least `MIN_CORRECT = 0.9`, or the experiment cannot tell a ruined layout from a hard
-#   task;
+#   at least `MIN_CORRECT = 0.9`, or a ruined layout cannot be told from a hard task;
 # - "ruins results", for a layout that mixes tokens, means: its mean accuracy at least
 #   `RUIN_GAP = 0.2` below the correct mean, and even its best seed below the correct
 #   worst seed;
@@ -737,10 +724,9 @@ assert difference < 1e-6  # the same function: only float rounding may differ
 
 # %% [markdown]
 # **The model and its training step.** Chapter 3's model with `HandMultiHeadAttention` in its
-# block, and Adam through the book's `fit` loop on the loss of both read-outs
-# (`pairs_loss`, a cross-entropy per relation). Parameters from `seed`, batches from
-# `seed + 1`, the held-out batch from `seed + 2`: every layout starts from the same weights
-# and sees the same examples.
+# block, and Adam through the book's `fit` loop on the loss of both read-outs (`pairs_loss`, a
+# cross-entropy per relation). Parameters from `seed`, batches from `seed + 1`, the held-out
+# batch from `seed + 2`.
 
 # %%
 #| export
@@ -873,11 +859,10 @@ for name in TRAINED:
     print(f"{name:>16} {prev:>20} {partner:>20} {mean_range(both[name]):>20}")
 
 # %% [markdown]
-# One interleaved seed stands out. Is that the layout's fault? The interleaved model of that
-# seed starts from weights that, relabelled, are a correct model's weights — so we train the
-# *correct* layout from exactly those relabelled weights, on the same batches. If the layout
-# were to blame, the correct model would now learn the task; if the starting point is, it
-# fails in the same way.
+# One interleaved seed stands out. Is the layout to blame? That seed's interleaved model starts
+# from weights that, relabelled, are a correct model's — so we train the *correct* layout from
+# exactly those weights, on the same batches. If the layout were to blame, the correct model
+# would learn the task; if the starting point is, it fails the same way.
 
 # %%
 unlucky = min(SEEDS, key=lambda s: next(r for r in runs if r.layout == "interleaved"
@@ -911,36 +896,33 @@ record_claim(
 
 # %% [markdown]
 # **Verdict on C28: partly reproduced.** Five of the six silent wrong orders ruin the model,
-# as the article says, and in the way their diagrams predict. *No transpose* is the worst:
-# tokens never meet, and both digits stay near chance. *Reshape split* and *reshape merge*
-# garble both relations. *Reshape both* and *transpose first* keep much of the
-# previous-token relation — a block of neighbouring positions survives their scrambling —
-# but lose the partner, which can sit anywhere in the sequence. Two layouts do not fit the
-# claim. Forgetting `.contiguous()` is not silent: PyTorch raises at the first forward pass
-# with two heads. And the *interleaved* heads are "wrong" only against a reference: the model
-# is the correct one with its weights relabelled, and it trains like it. Its one bad seed is
-# the 300-step budget's, not the layout's: the correct layout started from the same
-# (relabelled) weights stalls the same way, on the plateau chapter 3 saw (one relation
-# learnt, the other still to come), and a longer budget lets it leave (below; exercise 08.5
-# runs that seed with twice the steps). So "mixes the heads" is true of all six silent layouts;
-# "ruins results" only of the five that mix *tokens* — and the interleaved one still breaks
-# the moment you load standard pretrained weights into it.
+# as the article says, in the way their diagrams predict. *No transpose* is the worst: tokens
+# never meet, and both digits stay near chance. *Reshape split* and *reshape merge* garble both
+# relations. *Reshape both* and *transpose first* keep much of the previous-token relation — a
+# block of neighbouring positions survives — but lose the partner, which can sit anywhere. Two
+# layouts do not fit. Forgetting `.contiguous()` is not silent: PyTorch raises at the
+# first forward pass with two heads. And the *interleaved* heads are "wrong" only against a
+# reference: the model is the correct one with its weights relabelled, and trains like it. Its
+# one bad seed is the 300-step budget's, not the layout's: the correct layout from the same
+# (relabelled) weights stalls the same way, on chapter 3's plateau (one relation learnt, the
+# other to come), and a longer budget lets it leave (below; exercise 08.5 runs that seed with
+# twice the steps). So "mixes the heads" is true of all six silent layouts, "ruins results"
+# only of the five that mix *tokens* — and the interleaved one still breaks on standard
+# pretrained weights.
 #
-# **Under a sceptic's changes.** The verdict rests on the chapter's three seeds, its budget
-# and its two heads. Each was changed once, the whole experiment re-run and judged by the same
-# verdict function (`make sceptic CH=08`): three other seeds, a budget more than three times
-# longer, and four heads. The stored results (mean accuracy over both digits, min–max over
-# the seeds):
+# **Under a sceptic's changes.** The verdict rests on three seeds, one budget and two heads.
+# Each was changed once, the experiment re-run and judged by the same verdict function (`make
+# sceptic CH=08`): three other seeds, a budget more than three times longer, and four heads.
+# The stored results (mean accuracy over both digits, min–max over the seeds):
 
 # %% tags=["nbval-check-output"]
 print(sweep_summary("C28"))
 
 # %% [markdown]
-# The verdict that survives: **partly**, at the chapter's budget and at the sweep's longer
-# one, on seeds 0–2 and 3–5, with two heads and with four. The five layouts that mix tokens
-# stay ruined under every change, and *interleaved* is never ruined. With the longer budget
-# every interleaved seed learns both relations: the stalled start of the detour above (seeds
-# 3–5 show one too) is a budget effect, not a property of the layout.
+# The verdict that survives: **partly**, at both budgets, on seeds 0–2 and 3–5, with two heads
+# and with four. The five layouts that mix tokens stay ruined under every change, and
+# *interleaved* is never ruined; with the longer budget every interleaved seed learns both
+# relations, so its stalled starts (seeds 3–5 show one too) are a budget effect.
 
 # %% [markdown]
 # ## 8.5 Which tests catch a wrong order?
@@ -951,9 +933,9 @@ print(sweep_summary("C28"))
 # 2. **causal mask**: with a causal mask, the first position puts all its weight on itself;
 # 3. **gradients**: after a backward pass, every weight has a non-zero gradient;
 #
-# and adds, as an option, a numerical comparison with `nn.MultiheadAttention`. We add three
-# tests that need no reference implementation, each built on a property that correct
-# attention has and a layout bug can break:
+# and, as an option, a numerical comparison with `nn.MultiheadAttention`. We add that one and
+# three tests that need no reference, each built on a property correct attention has and a
+# layout bug can break:
 #
 # 4. **vs nn.MultiheadAttention**: the same output as torch's module with the same weights
 #    (section 8.3);
@@ -962,15 +944,14 @@ print(sweep_summary("C28"))
 # 6. **permutation**: without masks or positions, shuffling the tokens shuffles the outputs
 #    the same way (chapter 4);
 # 7. **no future leak**: with a causal mask, the output at position $t$ does not change
-#    when the tokens after $t$ do — the article's mask test looks at the *weights* of one
-#    row, this one at what actually reaches the output.
+#    when the tokens after $t$ do — the article's mask test looks at one row of the
+#    *weights*, this one at what reaches the output.
 #
-# Every test runs on a module with every layout, all with the same weights, at $H = 3$ and
-# at $H = 1$.
+# Every test runs on every layout, with the same weights, at $H = 3$ and at $H = 1$.
 
 # %% [markdown]
-# All seven take a module with this chapter's interface and return `True` when it passes.
-# The first four need nothing you would not write anyway:
+# All seven take a module with this chapter's interface and return `True` when it passes. The
+# first four need nothing you would not write anyway:
 
 # %%
 #| export
@@ -1019,25 +1000,21 @@ def torch_comparison_test(module: nn.Module, atol: float = 1e-5) -> bool:
 
 
 # %% [markdown]
-# The last three are the ones worth copying into your own project, because they need no
-# reference implementation. Each takes a module with this chapter's interface (`module(x,
-# causal=...)` on `x` of shape `(B, L, D)`, `module.d_model`, `module.num_heads`, and for
-# head independence the four projections) and returns `True` when the module passes. They
-# all read the same fixed input, so a verdict never depends on the random numbers of the
-# day. (The cells that start with `#| export` are copied, by `make export`, into the module
-# `book.pages.ch08`, from which the table below, the exercise checks and the book's tests
-# import them: this page is their one definition.)
+# The last three are worth copying into your own project. Each takes a module with this
+# chapter's interface (`module(x, causal=...)` on `x` of shape `(B, L, D)`, `module.d_model`,
+# `module.num_heads`, and for head independence the four projections) and reads a fixed input,
+# so a verdict never depends on the random numbers of the day. (The `#| export` cells are
+# copied by `make export` into `book.pages.ch08`, which the table below, the exercise checks
+# and the tests import: this page is their one definition.)
 
 # %% [markdown]
 # **Head independence.** In correct multi-head attention, head $h$ reads only its own slice
 # of the projected queries, keys and values (features $h d_k$ to $(h + 1) d_k - 1$), and the
-# merge puts its output back in that same slice. So if we change the query and value weights
-# of head $h$ alone, and make `out_proj` the identity so that the merged heads reach the
-# output unmixed, only that slice of the output may move; and it must move, or the change
-# reached nothing. A split that hands head $h$ features of other heads, or a merge that
-# writes its output elsewhere, moves features outside the slice, and the test fails. A
-# layout that keeps every head's own features but scrambles the positions they come from
-# (*transpose first*) still maps the slice to the slice, and passes.
+# merge puts its output back in that slice. Change the query and value weights of head $h$
+# alone, make `out_proj` the identity, and only that slice of the output may move — and it
+# must move, or the change reached nothing. A split that hands head $h$ other heads' features,
+# or a merge that writes elsewhere, fails. A layout that keeps every head's features but
+# scrambles their positions (*transpose first*) maps the slice to the slice, and passes.
 
 # %%
 #| export
@@ -1069,13 +1046,12 @@ def head_independence_test(module: nn.Module) -> bool:
 
 
 # %% [markdown]
-# **Permutation.** Without a mask or positional encoding, self-attention does not know where
-# a token sits: each output is an average of the values with weights computed from the
-# contents of the tokens alone (chapter 4). Shuffle the tokens and the outputs come out
-# shuffled in the same way. A layout that mixes positions, putting pieces of several tokens
-# into one row of a head, makes a token's output depend on its neighbours by position, and
-# the shuffled output no longer matches. A layout that keeps every token in its own row
-# (*no transpose*, *interleaved*) stays equivariant however wrong it is, and passes.
+# **Permutation.** Without a mask or positional encoding, each output is an average of the
+# values with weights computed from token contents alone (chapter 4), so shuffling the tokens
+# shuffles the outputs the same way. A layout that puts pieces of several tokens into one row
+# of a head makes a token's output depend on its neighbours by position, and fails. A layout
+# that keeps every token in its own row (*no transpose*, *interleaved*) stays equivariant
+# however wrong it is, and passes.
 
 # %%
 #| export
@@ -1090,12 +1066,11 @@ def permutation_test(module: nn.Module, atol: float = 1e-5) -> bool:
 
 # %% [markdown]
 # **No future leak.** With `causal=True`, the output at position $t$ may depend on tokens
-# $0$ to $t$ only. The test replaces every token after $t$ and checks that the outputs at
-# positions $0$ to $t$ stay as they were, for every $t$. The article's mask test reads one
-# row of the weights, and a layout bug leaves that row perfect: the mask is applied to the
-# score matrix, whatever the split has made of it. This test reads the output, so it sees a
-# later token that a wrong split moved into an earlier row before the mask was applied. A
-# layout that keeps the order of positions cannot move a later token earlier, and passes.
+# $0$ to $t$ only: replace every token after $t$, and the outputs at $0$ to $t$ must stay, for
+# every $t$. The article's mask test reads one row of the weights, which a layout bug leaves
+# perfect: the mask is applied to the score matrix, whatever the split made of it. This test
+# reads the output, so it sees a later token that a wrong split moved into an earlier row. A
+# layout that keeps the order of positions passes.
 
 # %%
 #| export
@@ -1159,22 +1134,18 @@ fig.tight_layout()
 
 # %% [markdown]
 # **What the table says.** The article's three tests pass every silent wrong layout: a layout
-# bug moves numbers around without changing any shape, it leaves the mask on the score matrix
-# (whatever that matrix now means), and it cuts no gradient path. Only the module without
-# `.contiguous()` fails them — by raising, which the first forward pass would have shown
-# anyway. With one head, the gradient test does catch *no transpose* (attending over a single
-# slice makes the softmax constant, so queries and keys get no gradient) — the only catch the
-# article's recipe makes.
+# bug changes no shape, leaves the mask on the score matrix (whatever it now means) and cuts no
+# gradient path. Only the module without `.contiguous()` fails them, by raising. With one
+# head, the gradient test catches *no transpose* (attending over a single slice makes the
+# softmax constant, so queries and keys get no gradient) — the recipe's only catch.
 #
-# The comparison with `nn.MultiheadAttention` catches every wrong layout, including the
-# interleaved one that trains fine, because it checks the one thing a layout bug changes:
-# *which* numbers meet. The three reference-free tests each catch some: head independence
-# misses *transpose first* (each head keeps its own features, scrambled among positions),
-# permutation misses the layouts that keep every token in its place (*no transpose*,
-# *interleaved*), and the future-leak test misses the layouts that preserve the order of
-# positions. Together, they catch all six. The assertions: the article's three tests miss
-# every silent layout; the comparison with torch catches all seven wrong ones; the three
-# reference-free tests catch all seven together.
+# The comparison with `nn.MultiheadAttention` catches every wrong layout, the harmless
+# interleaved one included: it checks *which* numbers meet. Each reference-free test misses
+# some: head independence misses *transpose first*, permutation the layouts that keep every
+# token in place (*no transpose*, *interleaved*), the future-leak test those that preserve the
+# order of positions. The assertions: the article's three tests miss every silent layout; the
+# comparison with torch catches all seven wrong ones; the three reference-free tests catch all
+# seven together.
 
 # %%
 claims.assert_tests_miss(table, claims.ARTICLE_TESTS, SILENT_WRONG)
@@ -1196,16 +1167,15 @@ record_claim(
 
 # %% [markdown]
 # **Verdict on the article's test recipe: partly reproduced.** The three tests it calls
-# essential are worth having — they catch a forgotten mask, a detached weight, a wrong output
-# width — but they catch *none* of the layout bugs that C28 warns about. The test that does
-# is the one it mentions in passing: the comparison with `nn.MultiheadAttention` *given the
-# same weights* (the article says "keep the initialisation consistent"; the reliable way is
-# to copy the weights, as in section 8.3). Where no reference exists — a new attention
-# variant — the three property tests above do the job together. One more trap: the
-# round-trip test that people often write for the two helper functions,
-# `merge(split(x)) == x`, is blind to *symmetric* mistakes (and to the missing
-# `.contiguous()`, because the split's output is itself a transposed view, which the wrong
-# merge can `view` back; only the attention's freshly computed output trips it):
+# essential catch a forgotten mask, a detached weight, a wrong output width — but *none* of
+# the layout bugs C28 warns about. The one that does is mentioned in passing: the comparison
+# with `nn.MultiheadAttention` *given the same weights* (the article says "keep the
+# initialisation consistent"; the reliable way is to copy the weights, as in section 8.3).
+# Without a reference — a new attention variant — the three property tests do the job
+# together. One more trap: the round-trip test often written for the two helpers,
+# `merge(split(x)) == x`, is blind to *symmetric* mistakes (and to the missing `.contiguous()`,
+# since the split's output is itself a transposed view the wrong merge can `view` back; only
+# the attention's freshly computed output trips it):
 
 # %%
 probe = torch.randn(B, L, D, generator=torch.Generator().manual_seed(9))  # (B, L, D)
@@ -1236,11 +1206,11 @@ claims_table()
 # - `nn.MultiheadAttention` packs $[W_Q; W_K; W_V]$ by rows into `in_proj_weight (3D, D)` in
 #   `nn.Linear`'s `(out, in)` layout, uses `(L, B, D)` unless `batch_first=True`, averages the
 #   returned weights over heads, and reads `True` in a mask as *blocked*.
-# - Of the common wrong orders, one raises (the missing `.contiguous()`) and six run. Five of
-#   those mix tokens and ruin a model that needs its heads; the sixth (interleaved heads)
-#   only relabels features and trains fine, but cannot load standard weights.
+# - Of the common wrong orders, one raises (the missing `.contiguous()`) and six run. Five
+#   mix tokens and ruin a model that needs its heads; the sixth (interleaved heads) only
+#   relabels features and trains fine, but cannot load standard weights.
 # - With one head most wrong orders are bit-identical to the right one, so a bug written
-#   while debugging with $H = 1$ appears only when the model is scaled up.
+#   while debugging with $H = 1$ appears only at scale.
 # - Shape, causal-mask and gradient tests do not see layout bugs. Compare with
 #   `nn.MultiheadAttention` given the same weights; without a reference, test head
 #   independence, permutation equivariance and the absence of future leaks.
@@ -1249,15 +1219,14 @@ claims_table()
 #
 # Your workbook `my-exercises/08_attention_by_hand.py` (`make lab` copies it there) has five:
 # unpack `nn.MultiheadAttention`'s weights into the four matrices; write the multi-head forward
-# pass (the check recognises each wrong order of this chapter and names it); write the
-# comparison test with `nn.MultiheadAttention`; write the future-leak test; and one
-# experiment — predict what a longer budget does to the interleaved layout's unlucky seed,
-# then run it. Check your answers in the notebook, or all at once with `make check CH=08`.
+# pass (the check names each wrong order of this chapter); write the comparison test with
+# `nn.MultiheadAttention`; write the future-leak test; and predict what a longer budget does to
+# the interleaved layout's unlucky seed, then run it. Check your answers in the notebook, or
+# all at once with `make check CH=08`.
 #
 # ## Further reading
 #
-# - Vaswani, Shazeer, Parmar, Uszkoreit, Jones, Gomez, Kaiser, Polosukhin (2017), *Attention Is
-#   All You Need* — multi-head attention.
+# - Vaswani et al. (2017), *Attention Is All You Need* — multi-head attention.
 # - Rush (2018), *The Annotated Transformer* — the paper as runnable code; its
 #   `MultiHeadedAttention` splits with `view(nbatches, -1, h, d_k).transpose(1, 2)`.
 # - Karpathy, *nanoGPT* (`model.py`, `CausalSelfAttention`) — the same two lines, with shape

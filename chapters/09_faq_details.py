@@ -14,14 +14,13 @@
 # %% [markdown]
 # # Chapter 9 — Frequently asked details
 #
-# Four questions come up whenever attention is taught, and each has a standard answer that
-# is repeated more often than it is checked. *Why a softmax?* — because it is the best
-# normaliser. *Can I read a model's reasoning off its attention weights?* — no, attention
-# is not explanation (C29). *Why does every modern model put the LayerNorm first?* — because
-# Pre-LN trains deep stacks stably while Post-LN needs a learning-rate warm-up (C30). *What
-# does attention buy over a convolution or a recurrence?* — reach, at a price. This chapter
-# puts each answer to an experiment small enough to run in a minute, says what the
-# experiment shows, and says what its small scale cannot show.
+# Four questions come up whenever attention is taught, each with a standard answer repeated
+# more often than checked. *Why a softmax?* — it is the best normaliser. *Can I read a
+# model's reasoning off its attention weights?* — no, attention is not explanation (C29).
+# *Why does every modern model put the LayerNorm first?* — Pre-LN trains deep stacks stably
+# while Post-LN needs a learning-rate warm-up (C30). *What does attention buy over a
+# convolution or a recurrence?* — reach, at a price. This chapter puts each answer to a
+# one-minute experiment and says what it shows and what its small scale cannot show.
 
 # %% [markdown]
 # **Learning goals.** After this chapter you can
@@ -30,8 +29,8 @@
 #   normalisation, and what the $-\log n$ bias of sigmoid attention fixes;
 # - measure how faithful an importance score is (rank correlation with leave-one-out), and
 #   build a different attention distribution that leaves a prediction unchanged;
-# - compute norm-based importances and attention rollout, and say what each adds;
-# - predict, from where the LayerNorm sits, how gradients are spread over layers at
+# - compute norm-based importances and attention rollout;
+# - predict, from where the LayerNorm sits, how gradients spread over layers at
 #   initialisation, and when a learning-rate warm-up is needed;
 # - compare attention, convolution and recurrence by measured FLOPs and path length, and
 #   pick the one whose prior fits a task.
@@ -84,10 +83,9 @@ make_deterministic(0)
 torch.set_num_threads(1)
 
 # %% [markdown]
-# The models, tasks and training steps of this chapter are defined on this page. The cells
-# that start with `#| export` are copied by `make export` into `book.pages.ch09`, from which
-# the claims module (`book.claims.ch09`: thresholds and verdicts), the exercise checks and
-# the tests import them. Their imports:
+# The models, tasks and training steps are defined on this page; `make export` copies the
+# `#| export` cells into `book.pages.ch09`, which the claims module (`book.claims.ch09`),
+# the exercise checks and the tests import. Their imports:
 
 # %%
 #| export
@@ -117,16 +115,15 @@ Tensor = torch.Tensor
 # to one, and sharpen without limit as one score pulls ahead. Four alternatives are in use
 # or in the literature (all in `attention.normalizers`, tested against a float64 loop):
 #
-# - **sigmoid**, $w_j = \sigma(s_j)$: each weight on its own, no competition between keys,
-#   and the row does not sum to one — with $n$ keys the weights start out summing to about
-#   $n/2$;
+# - **sigmoid**, $w_j = \sigma(s_j)$: no competition between keys, and with $n$ keys the
+#   weights start out summing to about $n/2$;
 # - **sigmoid with a bias** $b = -\log n$ (Ramapuram et al. 2024): $w_j = \sigma(s_j - \log
-#   n)$, so that at initialisation each weight is about $1/n$ and the row sums to about one,
+#   n)$, so at initialisation each weight is about $1/n$ and the row sums to about one,
 #   whatever the length;
 # - **ReLU-normalised**, $w_j = \mathrm{relu}(s_j) / \sum_i \mathrm{relu}(s_i)$: sums to one,
-#   but a row with no positive score has nothing to normalise and gets no gradient;
+#   but a row with no positive score gets no gradient;
 # - **plain-normalised**, $w_j = s_j / \sum_i s_i$: sums to one, but weights can be negative
-#   and explode when the sum of the scores is near zero.
+#   and explode when the scores sum to nearly zero.
 #
 # Each is a `(normalizer, score_bias)` pair of `normalized_attention` (`score_bias=None`
 # means $-\log n$ for the sigmoid):
@@ -143,9 +140,8 @@ VARIANTS: dict[str, tuple[str, float | None]] = {
 }
 
 # %% [markdown]
-# One row of four scores, through each normaliser (queries and keys chosen so that $q \cdot
-# k_j / \sqrt{d}$ gives these scores, and the identity as values, so that the output *is*
-# the weight row):
+# One row of four scores through each normaliser (the identity as values, so that the
+# output *is* the weight row):
 
 # %%
 row = torch.tensor([1.5, 0.5, -0.25, -1.0])  # the scores we want
@@ -158,21 +154,19 @@ for name, (normalizer, bias) in VARIANTS.items():
 
 # %% [markdown]
 # Softmax and ReLU normalisation give a distribution (ReLU's puts exactly zero on the two
-# negative scores); the plain sigmoid gives weights that sum to more than two; with the
-# $-\log n$ bias the sum is near one but not held there — it grows and shrinks with the
-# scores; plain normalisation gives *negative* weights to the negative scores, and weights
-# larger than one, because the scores sum to less than the largest of them.
+# negative scores); the plain sigmoid's weights sum to more than two; with the $-\log n$ bias
+# the sum is near one but moves with the scores; plain normalisation gives *negative*
+# weights to the negative scores, and weights above one, because the scores sum to less than
+# the largest of them.
 #
 # **The task and the model are chapter 2's** (its C7 experiment, `book.pages.ch02`): 8
-# (key, value) pairs of symbols, with distinct keys, and a query equal to one of the keys;
-# the model must output that key's value (64 possible keys and values, so chance is 1/64).
-# The model is one attention head and nothing else: each pair token is
-# `LayerNorm(key embedding + value embedding)`, the query token is the normalised embedding
-# of the query's key, one attention over the pair tokens, and a linear read-out maps its
-# output to a value. Chapter 2 varied its scale; here we vary its normaliser, the
-# `normalizer`/`score_bias` knob of `RetrievalModel`, at width 32 (`d_k` 32, so the scale
-# is $1/\sqrt{32}$) and with `nn.Linear`'s default initialisation of $W_Q$ and $W_K$
-# (`qk_init="torch"`). One example of the task:
+# (key, value) pairs of symbols with distinct keys, and a query equal to one of the keys,
+# whose value the model must output (64 possible keys and values, so chance is 1/64). One
+# attention head: each pair token is `LayerNorm(key embedding + value embedding)`, the query
+# token the normalised embedding of the query's key, and a linear read-out maps the output
+# to a value. We vary the `normalizer`/`score_bias` knob of `RetrievalModel`, at width 32
+# (`d_k` 32, scale $1/\sqrt{32}$), with `nn.Linear`'s default initialisation of $W_Q$ and
+# $W_K$ (`qk_init="torch"`). One example:
 
 # %%
 #| export
@@ -196,11 +190,11 @@ print("query:", example.query.tolist(), "-> target:", example.target.tolist())
 
 # %% [markdown]
 # **Training.** Every normaliser trains the same model from the same initial weights on the
-# same batches, with chapter 2's loss (the cross-entropy of the read-out): the parameters
-# come from `seed`, the batches from `seed + 1` (Adam, learning rate 0.003, gradient
-# clipping at 1, 200 steps of 64 examples), three seeds. We test on 1000 fresh examples
-# (from `seed + 2`) with the training length, 8 pairs, and with 32 pairs — a model that
-# relies on its weights summing to a particular amount will notice.
+# same batches, with chapter 2's cross-entropy loss: parameters from `seed`, batches from
+# `seed + 1` (Adam, learning rate 0.003, clipping at 1, 200 steps of 64 examples), three
+# seeds. We test on 1000 fresh examples (from `seed + 2`) with 8 pairs, as in training, and
+# with 32 pairs — a model that relies on its weights summing to a particular amount will
+# notice.
 
 # %%
 #| export
@@ -229,8 +223,8 @@ def retrieval_accuracy(model: RetrievalModel, *, n_pairs: int, seed: int, size: 
 
 
 # %% [markdown]
-# Before training, the gradients at initialisation: the model's forward pass written out
-# with the scores kept, so that we can see which rows get a gradient at all.
+# First the gradients at initialisation, with the scores kept, to see which rows get a
+# gradient at all.
 
 # %%
 #| export
@@ -282,17 +276,16 @@ for name, g in grad_rows.items():
           f"{g['row_sum_mean']:>8.2f} {g['max_abs_weight']:>8.3g}")  # fmt: skip
 
 # %% [markdown]
-# The gradients at initialisation already tell most of the story. The softmax rows sum to
-# one and no row is cut off from the gradient. The plain sigmoid's rows sum to about half
-# the number of keys, so the output starts as a blur of all values, several times too large. With
-# the $-\log n$ bias the sum is back near one and the gradient is softmax's size. ReLU
-# normalisation cuts a share of the examples off from the gradient (the "rows w/o grad"
-# column): a row with no positive score outputs zero, and a row with a single positive
-# score puts weight $s/s = 1$ on that key whatever its score — in both, the scores get no
-# gradient (in exact arithmetic; float32 leaves some single-positive rows a round-off
-# gradient, so the share printed depends on rounding). Plain normalisation
-# produces weights far outside $[0, 1]$ — a sum of scores near zero in the denominator — and
-# a gradient orders of magnitude larger than softmax's. Now the training runs:
+# The gradients at initialisation already tell most of the story. Softmax rows sum to one
+# and none is cut off from the gradient. The plain sigmoid's rows sum to about half the
+# number of keys, so the output starts as a blur of all values, several times too large;
+# with the $-\log n$ bias the sum is back near one and the gradient is softmax's size. ReLU
+# normalisation cuts a share of the examples off from the gradient ("rows w/o grad"): a row
+# with no positive score outputs zero, and a row with a single positive score puts weight
+# $s/s = 1$ on that key whatever its score — in both, the scores get no gradient (in exact
+# arithmetic; float32 leaves some single-positive rows a round-off gradient, so the share
+# printed depends on rounding). Plain normalisation gives weights far outside $[0, 1]$ and a
+# gradient orders of magnitude larger than softmax's. Now the training runs:
 
 # %%
 acc = {n: [] for n in VARIANTS}  # held-out accuracy at SHORT pairs, per seed
@@ -358,59 +351,50 @@ def swept(claim_id: str) -> dict[str, str]:
 assert_stated("Q-softmax, 600 steps", swept("Q-softmax")["600 steps"], stated="partly")
 
 # %% [markdown]
-# **Verdict on "softmax is the best overall": reproduced at 200 steps, partly at 600** (the
-# verdict `q_softmax_verdict` computed above; `assert_stated` stops the notebook if a
-# change makes it differ from this sentence; the sweep's rows are printed under it). At
-# 200 steps the verdict survives other seeds and a learning rate of 0.01; given three times
-# the budget, the plain sigmoid catches up with softmax to within `MARGIN` at the training
-# length and no longer falls apart at 32 pairs, and the biased sigmoid comes close too —
-# so "best" is a statement about how fast each normaliser learns this task, not where it
-# ends. At 200 steps, every alternative
-# trails the softmax by more than `MARGIN`, at the training length and at four times it, in
-# every seed; the printout shows by how much. What breaks is what the definitions predict.
-# Plain normalisation never learns: its weights are unbounded, the gradient is dominated by
-# rows whose scores happen to sum to nearly zero, and the accuracy stays near chance. The
-# plain sigmoid learns, but more slowly, and at 200 steps it falls apart at 32 pairs: its
-# weights do not compete, so four times as many distractors add four times as much noise to
-# the output. The $-\log n$ bias repairs most of that — its weights adapt to the length —
-# which is Ramapuram et al.'s point;
-# their claim is that with this bias (and their normalisation of the whole block) sigmoid
-# attention *matches* softmax in large models, which 200 steps of a one-head model cannot
-# confirm or refute. ReLU normalisation learns, minus the rows it leaves without a gradient,
-# and loses more than the biased sigmoid at 32 pairs.
-# So softmax is the safe default, and the reasons are the three properties it has together —
-# positive, summing to one, competition between keys. What this experiment cannot show is
-# "overall": one task, one layer, a short budget — and the sweep shows that the ranking at
-# 200 steps says how fast each normaliser learns more than where it ends. The closest rival
-# at 200 steps and four times the training length, sigmoid with the bias (at the training
-# length ReLU normalisation is closer), is exactly the one whose authors report parity at
-# scale, with training recipes a minute of CPU cannot reproduce.
+# **Verdict on "softmax is the best overall": reproduced at 200 steps, partly at 600**
+# (`q_softmax_verdict` above; `assert_stated` stops the notebook if it differs from this
+# sentence; the sweep is printed under it). At 200 steps every alternative trails softmax by
+# more than `MARGIN`, at the training length and at four times it, in every seed, also with
+# other seeds and a learning rate of 0.01. Given three times the budget, the plain sigmoid
+# catches up to within `MARGIN` at the training length and no longer falls apart at 32
+# pairs, and the biased sigmoid comes close too — so "best" says how fast each normaliser
+# learns this task, not where it ends.
+#
+# What breaks is what the definitions predict. Plain normalisation never learns: its
+# unbounded weights let rows whose scores sum to nearly zero dominate the gradient, and
+# accuracy stays near chance. The plain sigmoid learns more slowly and, at 200 steps, falls
+# apart at 32 pairs: its weights do not compete, so four times as many distractors add four
+# times as much noise. The $-\log n$ bias repairs most of that, as Ramapuram et al. argue;
+# their claim of *parity* with softmax in large models (with their normalisation of the
+# whole block) is beyond what 200 steps of a one-head model can confirm or refute. ReLU
+# normalisation learns, minus the rows it leaves without a gradient, and loses more than the
+# biased sigmoid at 32 pairs. So softmax is the safe default; what one task, one layer and a
+# short budget cannot show is "overall".
 
 # %% [markdown]
 # ## 9.2 C29: attention is not explanation
 #
-# It is tempting to read a trained model's attention weights as the reason for its output:
-# the tokens with large weights "were what mattered". Jain & Wallace (2019) tested that
-# reading in two ways. If attention explains a prediction, then (i) it should rank the inputs
-# the way other measures of importance do — the gradient of the output with respect to each
-# input, and the change in output when an input is left out; and (ii) a very different
-# attention distribution should change the prediction. On recurrent text classifiers they
-# found weak rank agreement and, for most inputs, an adversarial attention distribution far
-# from the original that left the prediction unchanged. Two later proposals try to repair
-# the reading: weighting each token's attention by the size of what it actually contributes,
-# $\lVert \alpha_j f(x_j) \rVert$ with $f(x_j) = W_O W_V x_j$ (Kobayashi et al. 2020), and
-# following the attention through all layers with the residual connection counted, *attention
-# rollout* (Abnar & Zuidema 2020): per layer $\hat A = \tfrac12 A + \tfrac12 I$ (heads
-# averaged), multiplied from the first layer up.
+# It is tempting to read a trained model's attention weights as the reason for its output.
+# Jain & Wallace (2019) tested that reading in two ways. If attention explains a prediction,
+# then (i) it should rank the inputs as other importance measures do — the gradient of the
+# output with respect to each input, and the change in output when an input is left out;
+# and (ii) a very different attention distribution should change the prediction. On
+# recurrent text classifiers they found weak rank agreement and, for most inputs, an
+# adversarial distribution far from the original that left the prediction unchanged. Two
+# later proposals try to repair the reading: weighting each token's attention by the size of
+# what it contributes, $\lVert \alpha_j f(x_j) \rVert$ with $f(x_j) = W_O W_V x_j$
+# (Kobayashi et al. 2020), and *attention rollout* (Abnar & Zuidema 2020), which follows the
+# attention through all layers with the residual counted: per layer $\hat A = \tfrac12 A +
+# \tfrac12 I$ (heads averaged), multiplied from the first layer up.
 #
 # **The classifier.** Real data that ships offline: the 8 × 8 handwritten digits of
 # scikit-learn (`book.data.digits`, 1,347 training and 450 test images). Each image row is a
 # token (8 pixels, linearly embedded, with a learned position), a `[CLS]` token is prepended,
 # two pre-LN encoder layers of the package (`attention.blocks.EncoderLayer`, width 32, two
-# heads) follow, and the class is read from `[CLS]`. To search for other attention
-# distributions we need to *set* the `[CLS]` row of the last layer's weights, so that layer
-# is written out (`last_layer`; the tests check it equals the package's layer), and
-# `cls_logits` recomputes only the `[CLS]` position, the one the prediction depends on.
+# heads) follow, and the class is read from `[CLS]`. To search for other distributions we
+# must *set* the last layer's `[CLS]` weights, so that layer is written out (`last_layer`;
+# the tests check it equals the package's), and `cls_logits` recomputes only the `[CLS]`
+# position.
 
 # %%
 #| export
@@ -491,10 +475,9 @@ class DigitsAttention(nn.Module):
 
 # %% [markdown]
 # **Training** is the book's classifier loop, `train_classifier` (Adam, clipping at 1;
-# parameters from `seed`, batches from `seed + 1`), on batches drawn from the fixed training
-# images, scored on the fixed test split. Three seeds, 150 steps of 32 images. The batches
-# come from `sampler`, which draws examples with replacement from a fixed set (section 9.4
-# uses it too):
+# parameters from `seed`, batches from `seed + 1`), three seeds, 150 steps of 32 images drawn
+# with replacement from the fixed training images by `sampler` (section 9.4 uses it too),
+# scored on the fixed test split.
 
 # %%
 #| export
@@ -592,10 +575,9 @@ def importances(model: DigitsAttention, images: Tensor) -> dict[str, Tensor]:
 
 
 # %% [markdown]
-# We take leave-one-out as the reference — it measures what removing a row does — and
-# compare the others with it by Kendall's $\tau$ over the 8 rows of each test image (1 =
-# the same order, 0 = unrelated; exercise 09.3 writes it), and Spearman's $\rho$, averaged
-# over 200 test images.
+# Leave-one-out is the reference — it measures what removing a row does. We compare the
+# others with it by Kendall's $\tau$ over each test image's 8 rows (1 = the same order, 0 =
+# unrelated; exercise 09.3 writes it) and Spearman's $\rho$, averaged over 200 test images.
 
 # %%
 #| export
@@ -627,12 +609,12 @@ def mean_rank_correlation(a: Tensor, b: Tensor, *, kind: str = "kendall") -> flo
 
 
 # %% [markdown]
-# **The adversary.** For test (ii), we search, per image, for `[CLS]` weights of the last
-# layer as different as possible from the model's own (Jensen–Shannon divergence in bits,
-# averaged over heads; 0 = the same, 1 = no overlap) while the output distribution moves by
-# at most `tol` in total variation: gradient ascent over the weights' logits, started from
-# the model's own weights plus noise, with a penalty once the output moves by more than half
-# of `tol`; the best candidate within `tol` seen per image is kept.
+# **The adversary.** For test (ii) we search, per image, for last-layer `[CLS]` weights as
+# different as possible from the model's own (Jensen–Shannon divergence in bits, averaged
+# over heads; 0 = the same, 1 = no overlap) while the output distribution moves by at most
+# `tol` in total variation: gradient ascent over the weights' logits from the model's own
+# weights plus noise, penalised once the output moves by more than half of `tol`, keeping
+# the best candidate within `tol`.
 
 # %%
 #| export
@@ -745,17 +727,16 @@ def meets_criterion(adversary: Adversary, *, far: float, tol: float) -> Tensor:
 # pairs in the same order). An adversarial distribution "exists" for an image when we find
 # `[CLS]` weights at least `FAR = 0.3` bits away that move the output distribution by at
 # most `TOL = 0.01` (total variation) and keep the predicted class. Wiegreffe & Pinter's
-# objection: if weights that no search chose — uniform over the tokens, or the model's own
-# weights shuffled over the tokens (`trivial_adversaries`) — meet the same criterion, the
-# output hardly depends on the weights, and finding an adversary says nothing about
-# attention. So C29 holds if agreement stays below `MAX_AGREEMENT` in every seed and, in
-# every seed, the controls meet the criterion for fewer than `MIN_FRACTION = 0.5` of the
-# images while the searched adversary meets it for at least `MIN_FRACTION` of the images on
-# which no control does; one of the two gives "partly" (`c29_verdict`). The article adds
-# that value norms and the mixing across layers are what matter; a repair (norm-based score
-# or rollout) counts as more faithful if its mean $\tau$ with leave-one-out is at least
-# `GAIN = 0.1` above raw attention's (`c29_repairs_verdict`: both repairs, reproduced; one,
-# partly).
+# objection: if weights no search chose — uniform, or the model's own weights shuffled over
+# the tokens (`trivial_adversaries`) — meet the same criterion, the output hardly depends on
+# the weights and an adversary says nothing about attention. So C29 holds if, in every seed,
+# agreement stays below `MAX_AGREEMENT`, the controls meet the criterion for fewer than
+# `MIN_FRACTION = 0.5` of the images, and the searched adversary meets it for at least
+# `MIN_FRACTION` of the images on which no control does; one of the two gives "partly"
+# (`c29_verdict`). The article adds that value norms and mixing across layers are what
+# matter; a repair (norm-based score or rollout) counts as more faithful if its mean $\tau$
+# with leave-one-out is at least `GAIN = 0.1` above raw attention's (`c29_repairs_verdict`:
+# both repairs, reproduced; one, partly).
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 print(f"thresholds: MAX_AGREEMENT {MAX_AGREEMENT}, FAR {FAR}, TOL {TOL}, "
@@ -877,54 +858,46 @@ assert_stated("C29 repairs", c29_repairs, stated="not reproduced")
 
 # %% [markdown]
 # **What each score says, measured.** Raw attention ranks the rows almost unrelated to
-# leave-one-out (the first line of the printout, every seed under `MAX_AGREEMENT`).
-# The controls meet the adversary criterion for only a few images at 150 steps, and on the
-# images where they fail the searched adversary succeeds for more than half, in every seed.
-# So C29 is **reproduced at 150 steps, with Wiegreffe & Pinter's control**: on this
-# classifier the last layer's weights are often one of many distributions the model would
-# have been equally happy with, and reading "importance" off them is not supported. The
-# sweep printed above (and checked against this paragraph) says where that holds: with
-# other seeds, and with a 3× longer budget — where the model is more confident and uniform
-# or permuted weights pass for far more images, but still fewer than half, and the
-# adversary succeeds on most of the rest. With a **one-layer** classifier the verdict drops
-# to **partly**: attention still ranks the rows unlike leave-one-out, but the search finds
-# far weights that keep the output for only a small share of the images. Our reading (not
-# tested here): with one layer the `[CLS]` weights are the model's only mixing of the rows,
-# so the output depends on them more. The adversary half of C29 is a property of the model,
-# not of attention in general — Wiegreffe & Pinter's point.
+# leave-one-out (first line of the printout, every seed under `MAX_AGREEMENT`). The controls
+# meet the adversary criterion for only a few images at 150 steps, and where they fail the
+# searched adversary succeeds for more than half, in every seed. So C29 is **reproduced at
+# 150 steps, with Wiegreffe & Pinter's control**: the last layer's weights are often one of
+# many distributions the model would accept equally, and reading "importance" off them is
+# not supported. The sweep (checked against this paragraph) shows it holds with other seeds
+# and with a 3× longer budget, where uniform or permuted weights pass for far more images,
+# but still fewer than half, and the adversary succeeds on most of the rest. With a
+# **one-layer** classifier the verdict drops to **partly**: attention still ranks the rows
+# unlike leave-one-out, but far weights that keep the output are found for only a small share
+# of images — plausibly (not tested) because one layer's `[CLS]` weights are the model's only
+# mixing of the rows. The adversary half of C29 is a property of the model, not of attention
+# in general — Wiegreffe & Pinter's point.
 #
 # The norm-based score mostly reorders attention by the size of each row's value vector, and
-# its ranks follow the weights more than they follow leave-one-out (the "Kendall tau with
-# the attention weights" line); rollout mixes in the first layer and the residual path.
-# Neither gains the `GAIN` we asked for over raw attention, so the second half of the
-# article's C29, that value norms and layer mixing are what matter, is **not reproduced**
-# here (the claims table's "C29 repairs" row) — and, the uncomfortable part, gradient ×
-# input does not agree with leave-one-out either. With 8 rows that each carry a piece of the
-# digit, a model's decision is spread over many rows and the rows interact, so every
-# single-number-per-row score is a different projection of it. What the small scale cannot
-# show: Kobayashi et al. and Abnar & Zuidema measured their repairs on BERT-sized models
-# with many layers, where rollout's mixing over depth matters more than over our two layers.
-# A model whose output barely depends on the last layer's `[CLS]` weights would pass the
-# adversary test with any distribution, and that is not the same as its attention being
-# misleading: this is what the controls measure.
+# its ranks follow the weights more than leave-one-out (the "Kendall tau with the attention
+# weights" line); rollout mixes in the first layer and the residual path. Neither gains
+# `GAIN` over raw attention, so the article's second half of C29 is **not reproduced** here
+# (the "C29 repairs" row) — and gradient × input does not agree with leave-one-out either.
+# With 8 rows each carrying a piece of the digit, the decision is spread over interacting
+# rows, and every one-number-per-row score is a different projection of it. The repairs were
+# measured on BERT-sized models, where rollout's mixing over many layers matters more than
+# over our two; that the small scale cannot show.
 
 # %% [markdown]
 # ## 9.3 C30: Pre-LN and Post-LN
 #
 # The 2017 Transformer normalises *after* each residual addition (Post-LN,
 # `x = LayerNorm(x + sublayer(x))`); most models since normalise the sublayer's *input*
-# (Pre-LN, `x = x + sublayer(LayerNorm(x))`) and leave the residual stream untouched, with
-# one final LayerNorm. The diagram shows the difference; the blue paths are the identity
-# connections:
+# (Pre-LN, `x = x + sublayer(LayerNorm(x))`), leaving the residual stream untouched, with one
+# final LayerNorm. The blue paths in the diagram are the identity connections:
 
 # %%
 fig = layernorm_placement()
 
 # %% [markdown]
-# The stack we study: token embedding plus learned positions, `num_layers` encoder layers of
-# the package (`EncoderLayer(..., pre_ln=...)`, 2 heads, a feed-forward network twice as
-# wide), the final LayerNorm for Pre-LN, and a read-out per token. Its task: at every
-# position, output the previous token.
+# The stack: token embedding plus learned positions, `num_layers` encoder layers of the
+# package (`EncoderLayer(..., pre_ln=...)`, 2 heads, a feed-forward network twice as wide),
+# the final LayerNorm for Pre-LN, and a read-out per token. Its task: at every position,
+# output the previous token.
 
 # %%
 #| export
@@ -983,14 +956,14 @@ def layer_gradient_norms(
 
 
 # %% [markdown]
-# Xiong et al. (2020) analysed the two at initialisation. For Post-LN, the gradient of the
+# Xiong et al. (2020) analysed the two at initialisation: for Post-LN, the gradient of the
 # last layer's parameters does not depend on the depth $L$ and grows with the width $d$; for
-# Pre-LN it shrinks like $1/\sqrt{L}$. Their explanation of Post-LN's need for a warm-up:
-# large gradients near the output, and Adam's large early steps, push a Post-LN stack off
-# course unless the learning rate starts small. We measure the gradient of every layer's
-# second feed-forward matrix (the one in their analysis) at initialisation, on one batch of
-# the training task below, averaged over three seeds, for stacks of 6, 12 and 24 layers of
-# width 16, and the last layer's at widths 16, 32 and 64 (6 layers).
+# Pre-LN it shrinks like $1/\sqrt{L}$. Their explanation of Post-LN's need for warm-up: large
+# gradients near the output, with Adam's large early steps, push the stack off course unless
+# the learning rate starts small. We measure the gradient of every layer's second
+# feed-forward matrix (the one they analyse) at initialisation, on one batch of the task
+# below, averaged over three seeds, for stacks of 6, 12 and 24 layers of width 16, and the
+# last layer's at widths 16, 32 and 64 (6 layers).
 #
 # **Thresholds, from the predictions** (`assert_gradient_predictions`). Post-LN's last-layer
 # gradient "does not depend on depth" if it changes by at most `FLAT = 1.5` times between 6
@@ -1047,27 +1020,22 @@ print(f"24 vs 6 layers, last-layer gradient: Post-LN x{post_ratio:.2f}, Pre-LN x
 
 # %% [markdown]
 # All three predictions hold in direction: Post-LN's last-layer gradient stays put as the
-# stack deepens, Pre-LN's shrinks (less than $1/\sqrt{L}$ predicts — the printout gives the
-# factor), and both grow with width. The figure people remember from the paper shows too,
-# in the deeper stacks: Post-LN's gradient grows layer by layer towards the output (the
-# "last/first" ratios above one at 12 and 24 layers), while Pre-LN's falls gently towards
-# the output (ratios below one). Their analysis is for large widths; that a stack of width
-# 16 already follows it is a measurement, not a consequence of the theory.
+# stack deepens, Pre-LN's shrinks (less than $1/\sqrt{L}$ predicts; the printout gives the
+# factor), and both grow with width. In the deeper stacks Post-LN's gradient also grows layer
+# by layer towards the output ("last/first" ratios above one at 12 and 24 layers), while
+# Pre-LN's falls gently (ratios below one) — the paper's best-known figure. Their analysis is
+# for large widths; that width 16 follows it is a measurement, not a consequence.
 #
 # **Training.** Now the part of C30 that matters in practice. Stacks of 12 layers of width
 # 16, Adam without gradient clipping (a divergence must be allowed to happen), 150 steps of
 # 16 sequences of 8 tokens (16 symbols), at learning rates 0.001 and 0.01, three seeds each:
 # Post-LN without warm-up and with a linear warm-up over the first 40 steps
-# (`fit(..., schedule=linear_warmup(40))`), Pre-LN without. To stay within the chapter's
-# time budget, all runs of one (layout, warm-up) pair are trained together as one batched
-# model, `StackedRuns`: each run's `TokenStack` is built from its own seed, its weights are
-# stacked along a new first dimension, and the package's layer is written out with batched
-# matrix products over runs (the tests check that it equals each run's `TokenStack`, and
-# that training together equals training alone). One Adam serves all runs at their own
-# learning rates: each run's parameters are *stored divided by* its rate factor and
-# multiplied back in the forward pass, and Adam's step does not depend on the gradient's
-# scale, so Adam at rate `lr` on the stored values is Adam at rate `lr · factor` on the
-# run's parameters (up to Adam's ε).
+# (`fit(..., schedule=linear_warmup(40))`), Pre-LN without. To fit the time budget, all runs
+# of one (layout, warm-up) pair train as one batched model, `StackedRuns`, their weights
+# stacked along a new first dimension (the tests check this equals training each alone). Each
+# run's parameters are *stored divided by* its rate factor and multiplied back in the forward
+# pass; since Adam's step does not depend on the gradient's scale, one Adam at rate `lr` is
+# then Adam at `lr · factor` on each run (up to Adam's ε).
 
 # %%
 #| export
@@ -1193,10 +1161,9 @@ class StackedRuns(nn.Module):
 
 
 # %% [markdown]
-# The training step: one `fit` call for all runs, with the loss written out — each run's own
-# mean cross-entropy, recorded per run, and their sum (a non-finite run's loss counts 0 in
-# the sum, so that it cannot stop the others). Run `(lr, seed)` gets its parameters from
-# `seed` and its batches from a generator seeded with `seed + 1`, whatever the other runs.
+# The training step: one `fit` call minimising the sum of the runs' mean cross-entropies (a
+# non-finite run counts 0, so it cannot stop the others). Run `(lr, seed)` takes parameters
+# from `seed` and batches from `seed + 1`, whatever the other runs.
 
 # %%
 #| export
@@ -1258,10 +1225,10 @@ def final_loss(losses: Sequence[float], *, last: int = 20) -> float:
 # uniform guess (or if it ever goes non-finite). "Pre-LN is more stable" means at least
 # `MIN_GAP = 2` fewer failures than Post-LN, out of the 6 runs without warm-up; "Post-LN
 # needs warm-up" means warm-up removes at least `MIN_GAP` of Post-LN's failures
-# (`c30_verdict`: both, reproduced; one, partly). What "failure" cannot mean here is "the
-# stack could not learn an easy task": at this budget no run solves the task (every final
-# loss printed below is far from zero), so a failure is a stack whose loss has not left the
-# uniform guess; the sweep's 3× budget, where the task is solved, is the test of that.
+# (`c30_verdict`: both, reproduced; one, partly). At this budget no run solves the task
+# (every final loss below is far from zero), so a failure means a loss that has not left the
+# uniform guess, not "could not learn an easy task"; the sweep's 3× budget, where the task is
+# solved, tests that.
 
 # %%
 WARMUP, LRS, DEPTH = 40, (1e-3, 1e-2), 12
@@ -1335,41 +1302,34 @@ assert_stated("C30, lr 0.003 and 0.03", swept("C30")["lr 0.003, 0.03"], stated="
 
 # %% [markdown]
 # **Verdict on C30: reproduced at 12 layers, learning rates 0.001 and 0.01, 150 steps**
-# (torch's default initialisation). Without warm-up, the Post-LN stack fails at the larger
-# learning rate in every seed — its loss stays at the uniform guess — while the Pre-LN stack
-# trains at both rates; with 40 steps of warm-up Post-LN trains at both rates too. The sweep
-# printed under the verdict (checked against this paragraph) splits the claim in two.
-# **"Pre-LN is more stable"** survives wherever anything fails: Pre-LN fails no run in any
-# setting swept. **"Warm-up rescues Post-LN"** holds only in the chapter's setting, with
-# other seeds and with a longer budget: at learning rates 0.003 and 0.03 Post-LN fails at
-# the larger rate with warm-up as often as without (partly); with Xavier-uniform
-# initialisation Post-LN fails in most runs with warm-up and without, Pre-LN in none
-# (partly); and at 6 layers nothing fails at all, so there is nothing to rescue and no
-# difference to measure (not reproduced). With a 3× budget (450 steps) the task is solved —
-# the best final losses of Pre-LN and of warmed-up Post-LN are near zero — while Post-LN
-# without warm-up still fails in two of six runs: there the verdict holds where the task is
-# learnable, so those failures are the stack's, not the budget's. In short: "Pre-LN is more
-# stable" holds in every setting swept where anything fails; "warm-up is what Post-LN needs"
-# holds at 12 layers, torch's default initialisation and learning rates up to 0.01 only.
+# (torch's default initialisation). Without warm-up, Post-LN fails at the larger learning
+# rate in every seed — its loss stays at the uniform guess — while Pre-LN trains at both
+# rates; with 40 steps of warm-up Post-LN trains at both rates too. The sweep (checked
+# against this paragraph) splits the claim in two. **"Pre-LN is more stable"** survives
+# wherever anything fails: Pre-LN fails no run in any setting swept. **"Warm-up rescues
+# Post-LN"** holds with other seeds and a longer budget, but not beyond: at learning rates
+# 0.003 and 0.03 Post-LN fails at the larger rate with warm-up as often as without (partly);
+# with Xavier-uniform initialisation Post-LN fails in most runs either way, Pre-LN in none
+# (partly); at 6 layers nothing fails, so there is nothing to rescue (not reproduced). With a
+# 3× budget (450 steps) the task is solved — the best final losses of Pre-LN and warmed-up
+# Post-LN are near zero — while Post-LN without warm-up still fails in two of six runs:
+# those failures are the stack's, not the budget's.
 #
 # **When does Post-LN do better?** Takase et al. (2023) and others report that when Post-LN
-# *does* train, it often ends up better than Pre-LN — in shallow models, after long
-# training — because Pre-LN's untouched residual stream lets the later layers contribute
-# less and less (the shrinking gradient measured above). Our best Post-LN loss is printed
-# next to the best Pre-LN loss: at 12 layers and 150 steps, Pre-LN is ahead, so this
-# experiment does not show the Post-LN advantage; it would need the regime of that work
-# (6-layer translation models trained to convergence), which a one-minute notebook cannot
-# reach. The defensible summary: Pre-LN is the safe choice for deep stacks and for
-# learning rates you have not tuned; Post-LN with warm-up is a legitimate choice that the
-# small scale here cannot rank.
+# *does* train it often ends up better than Pre-LN — in shallow models, after long training
+# — because Pre-LN's untouched residual stream lets later layers contribute less and less
+# (the shrinking gradient measured above). Here the best Pre-LN loss is ahead (both are
+# printed); the advantage would need that work's regime (6-layer translation models trained
+# to convergence). Pre-LN is the safe choice for deep stacks and untuned learning rates;
+# Post-LN with warm-up is a legitimate choice that this scale cannot rank.
 
 # %% [markdown]
 # ## 9.4 Attention, convolution, recurrence
 #
-# Three ways for a layer to mix information between positions. A convolution of width $k$
-# combines each position with its $k - 1$ neighbours; a recurrence carries a state from one
-# position to the next; attention combines every position with every other. The diagram
-# shows what the last output can see after one layer of each:
+# Three ways for a layer to mix positions: a convolution of width $k$ combines each position
+# with its $k - 1$ neighbours, a recurrence carries a state from one position to the next,
+# attention combines every position with every other. What the last output sees after one
+# layer of each:
 
 # %%
 fig = reach_per_layer()
@@ -1429,11 +1389,11 @@ MIXERS: dict[str, Callable[[int], nn.Module]] = {
 
 
 # %% [markdown]
-# We measure the rest. FLOPs come from torch's FLOP counter (`measure.flops`) on one
-# layer of each kind at width 32, at 64 and 128 tokens. The reach is measured too: the
-# number of earlier positions whose input gets a non-zero gradient from the last output
-# after one layer; from it, the number of layers needed to connect the two ends of a
-# 64-token sequence, and the longest chain of steps between them.
+# FLOPs come from torch's FLOP counter (`measure.flops`) on one layer of each kind at width
+# 32, at 64 and 128 tokens. Reach is measured as the number of earlier positions whose input
+# gets a non-zero gradient from the last output after one layer; from it, the layers needed
+# to connect the two ends of a 64-token sequence, and the longest chain of steps between
+# them.
 
 # %%
 #| export
@@ -1489,11 +1449,10 @@ for name, c in costs.items():
 
 # %% [markdown]
 # Attention costs the most at 64 tokens and is the only one whose cost more than doubles
-# when the length doubles (the $n^2$ term; at this width the projections still account for
-# a large share). In return, it is the only layer that connects the two ends in one step.
-# A convolution of width 3 needs 63 layers for that; the recurrence connects them in one
-# layer but through 63 steps that must run one after another, which is also why it cannot
-# be parallelised over the sequence (chapter 1).
+# when the length doubles (the $n^2$ term; at this width the projections are still a large
+# share). In return, only attention connects the two ends in one step. A convolution of
+# width 3 needs 63 layers for that; the recurrence needs one layer but 63 sequential steps,
+# which is also why it cannot be parallelised over the sequence (chapter 1).
 #
 # **Two experiments with the priors.** A small classifier — embedding plus learned
 # positions, two pre-LN residual blocks of one mixer (attention or a width-3 convolution)
@@ -1502,16 +1461,14 @@ for name, c in costs.items():
 #
 # - **motif**, where locality helps: does the pair (0, 1) occur at adjacent positions in a
 #   sequence of 16 tokens (6 symbols)? Only 64 training examples, 200 steps, read-out: the
-#   mean over positions. A convolution has the prior built in (a width-3 filter that fires
-#   on the pair); attention must *learn* which positions are neighbours from the positional
-#   embeddings;
+#   mean over positions. A convolution has the prior built in; attention must *learn* which
+#   positions are neighbours from the positional embeddings;
 # - **ends**, where reach is needed: is the first token of a 32-token sequence equal to the
-#   last? Fresh data at every step, 300 steps, read-out at the last position (where a
-#   sequence model would answer). Two convolution layers let the last position see only
-#   the last few positions (printed below); the first token is 31 away. (A max over
-#   positions would be the wrong read-out here: $\max(a, b) - \min(a, b) = |a - b|$
-#   compares two far-apart tokens by itself, whatever the mixer — we tried it first, and a
-#   convolution solved the task.)
+#   last? Fresh data at every step, 300 steps, read-out at the last position. Two
+#   convolution layers let the last position see only the last few positions (printed
+#   below); the first token is 31 away. (A max over positions would be the wrong read-out:
+#   $\max(a, b) - \min(a, b) = |a - b|$ compares two far-apart tokens by itself, whatever the
+#   mixer — we tried it first, and a convolution solved the task.)
 
 # %%
 #| export
@@ -1543,10 +1500,9 @@ def ends_batch(batch_size: int, generator: torch.Generator, *, length: int = 32,
 
 
 # %% [markdown]
-# The classifier, and its training: `train_classifier` (parameters from `seed`, batches
-# from `seed + 1`, Adam at 0.003, clipping at 1, batches of 32), on a fixed training set of
-# `n_train` examples drawn with `sampler` (or fresh examples at every step), scored on 1000
-# fresh examples (from `seed + 2`).
+# The classifier and its training: `train_classifier` (parameters from `seed`, batches from
+# `seed + 1`, Adam at 0.003, clipping at 1, batches of 32) on `n_train` fixed examples drawn
+# with `sampler` (or fresh ones every step), scored on 1000 fresh examples (from `seed + 2`).
 
 # %%
 #| export
@@ -1668,16 +1624,15 @@ assert_stated("§9 priors", priors, stated="reproduced")
 
 # %% [markdown]
 # **Verdict: reproduced**, with a caveat on the words. With 64 examples the convolution
-# finds the adjacent pair and attention, which has to discover adjacency from learned
+# finds the adjacent pair and attention, which must discover adjacency from learned
 # positions, does worse; with a dependency 31 positions long, two convolution layers cannot
-# see both ends and stay at chance while attention solves it. The experiment has one data
-# size, so "with little data" is the setting, not something it tests: whether attention
-# catches up with more examples is not measured here. And the ends task is close to a
-# tautology — two width-3 layers *cannot* see the first token — so it illustrates reach
-# rather than testing it. Neither is "better": a prior is a bet on the data. With
-# enough data and layers attention can learn locality (vision Transformers do), and a deep
-# or dilated convolution can reach far (WaveNet, TCNs — chapter 7) — what the small scale
-# cannot show is where, in data and compute, those curves cross.
+# see both ends and stay at chance while attention solves it. With one data size, "with
+# little data" is the setting, not something tested (does attention catch up with more
+# examples?). And the ends task is close to a tautology — two width-3 layers *cannot* see
+# the first token — so it illustrates reach rather than testing it. Neither mixer is
+# "better": a prior is a bet on the data. With enough data and layers attention learns
+# locality (vision Transformers), and a deep or dilated convolution reaches far (WaveNet,
+# TCNs — chapter 7); where those curves cross the small scale cannot show.
 
 # %% [markdown]
 # ## Claims checked
@@ -1689,19 +1644,18 @@ claims_table()
 # ## Takeaways
 #
 # - Softmax's three properties together — positive, summing to one, competition between
-#   keys — are what the alternatives lose one at a time. Plain normalisation explodes; the
-#   plain sigmoid does not adapt to the length; the $-\log n$ bias fixes most of that; ReLU
-#   normalisation leaves some rows without gradient. Softmax was never beaten here, but
-#   with a 3× budget the plain sigmoid catches up: "best" at 200 steps is "fastest to learn".
-# - Attention weights are one of many distributions a model is equally happy with: they rank
-#   inputs unlike leave-one-out, and — where uniform or shuffled weights would not already
-#   do — a very different distribution can give the same output (not with one layer).
-#   Norm-based scores and rollout change the picture but do not make it faithful;
-#   measure importance by intervention (leave-one-out, ablations) when it matters.
+#   keys — are what the alternatives lose one at a time: plain normalisation explodes, the
+#   plain sigmoid does not adapt to the length (the $-\log n$ bias fixes most of that), ReLU
+#   normalisation leaves some rows without gradient. With a 3× budget the plain sigmoid
+#   catches up: "best" at 200 steps is "fastest to learn".
+# - Attention weights rank inputs unlike leave-one-out, and — where uniform or shuffled
+#   weights would not already do — a very different distribution can give the same output
+#   (not with one layer). Norm-based scores and rollout do not make them faithful; measure
+#   importance by intervention (leave-one-out, ablations) when it matters.
 # - Pre-LN keeps an identity path from input to output and trains at learning rates where
 #   Post-LN fails; warm-up rescues Post-LN only in some settings (12 layers, default
 #   initialisation, learning rate 0.01 here). Xiong et al.'s gradient predictions hold in
-#   direction at small width; Post-LN's advantage when it trains does not show at this scale.
+#   direction at small width.
 # - Attention buys a one-step path between any two positions for a cost that grows with
 #   $n^2$; convolution buys a locality prior that helps with little data; recurrence is
 #   cheap per step but sequential.
@@ -1711,8 +1665,8 @@ claims_table()
 # Your workbook `my-exercises/09_faq_details.py` (`make lab` copies it there) has five: sigmoid
 # attention weights with the $-\log n$ bias, attention rollout, Kendall's $\tau$, the
 # learning-rate factor of a linear warm-up, and an experiment — predict C29's verdict for a
-# one-layer classifier, then run it. Each check names the usual mistakes. Check your
-# answers in the notebook or with `make check CH=09`.
+# one-layer classifier, then run it. Check your answers in the notebook or with
+# `make check CH=09`.
 #
 # ## Further reading
 #

@@ -14,18 +14,17 @@
 # %% [markdown]
 # # Chapter 10 — From understanding to application
 #
-# Nine chapters took attention apart. This one puts it back together and uses it, the way you
+# Nine chapters took attention apart. This one puts it back together and uses it, as you
 # would on a problem of your own: build a complete encoder from the package's parts, train it
-# on a real dataset, then change one part at a time — the positional encoding, then the kind of
-# attention — and for every change measure what it buys and what it costs. The chapter ends
-# with a decision guide, "which attention for which task", in which every row points at a
-# number measured somewhere in this book, and with the same classifier pointed at a second
-# real data set, as you would point it at yours.
+# on a real dataset, then change one part at a time — the positional encoding, then the kind
+# of attention — measuring what each change buys and costs. It ends with a decision guide,
+# "which attention for which task", whose every row points at a number measured in this
+# book, and with the same classifier pointed at a second real data set, as you would point it
+# at yours.
 #
-# The dataset is small on purpose. Every configuration is trained with three seeds on two CPU
-# cores, so the model is tiny and training is short; section 10.1 says what such a small
-# scale can show and what it cannot, and section 10.5 measures exactly how the costs grow
-# with length, which no small model hides.
+# The dataset is small on purpose: every configuration is trained with three seeds on two CPU
+# cores. Section 10.1 says what such a small scale can and cannot show; section 10.5 measures
+# how the costs grow with length, which no small model hides.
 
 # %% [markdown]
 # **Learning goals.** After this chapter you can
@@ -37,9 +36,9 @@
 #   configuration, thresholds fixed before the runs, mean and min–max over seeds;
 # - test an explanation before giving it: why relative positions (RoPE, ALiBi) lose to a
 #   learned table on an image, and how much of it is RoPE's base;
-# - measure the time and the exact memory of a training step, and say at which length the
-#   $n^2$ part of attention starts to dominate;
-# - decide when attention is the wrong tool, and which kind of attention suits a task.
+# - measure the time and exact memory of a training step, and say from which length the
+#   $n^2$ part of attention dominates;
+# - decide when attention is the wrong tool, and which kind suits a task.
 
 # %%
 #| default_exp ch10
@@ -101,22 +100,20 @@ torch.set_num_threads(1)  # tiny models run fastest on one thread, and timings a
 # ## 10.1 The capstone task: handwritten digits, read as a sequence
 #
 # The task must be real, ship with the software (no downloads) and be small enough to train
-# dozens of times in a minute. scikit-learn bundles one that fits: 1,797 handwritten digits,
-# 8 × 8 pixels of 17 grey levels (0 to 16), labelled 0–9. `book.data.digits()` splits them
-# per class, three quarters for training and a quarter for testing, always the same way.
+# dozens of times in a minute. scikit-learn bundles one: 1,797 handwritten digits, 8 × 8
+# pixels of 17 grey levels (0 to 16), labelled 0–9. `book.data.digits()` splits them per
+# class, three quarters for training and a quarter for testing, always the same way.
 #
-# A Transformer reads a sequence, so the image must become one. We do what vision
-# Transformers do (chapter 7): cut it into non-overlapping **patches** — here 2 × 2 pixels,
-# giving a 4 × 4 grid of 16 patches — read them left to right and top to bottom, and embed
-# each patch linearly. Sixteen tokens is short; that is what makes 27 trainings affordable,
-# and it is also typical of many real inputs (a form, a tabular record, a short command).
+# A Transformer reads a sequence, so we do what vision Transformers do (chapter 7): cut the
+# image into non-overlapping **patches** — here 2 × 2 pixels, a 4 × 4 grid of 16 patches —
+# read them left to right and top to bottom, and embed each patch linearly. Sixteen tokens is
+# short; that makes 27 trainings affordable, and is typical of many real inputs (a form, a
+# tabular record, a short command).
 #
-# Why not text? `book.data.pydoc_text()` would give long sequences, where efficient attention
-# matters more, but no labels: every classification task we could build from it would be one
-# we invented. The digits are labelled by people, and a wrong answer is unambiguous.
-#
-# The sizes of the task are the only place the digits enter the model: change them (and the
-# data) and everything below works on your own images.
+# Why not text? `book.data.pydoc_text()` would give long sequences but no labels: any
+# classification task built from it would be one we invented. The digits are labelled by
+# people, and a wrong answer is unambiguous. The task's sizes are the only place the digits
+# enter the model: change them (and the data) and everything below works on your own images.
 
 # %%
 #| export
@@ -140,14 +137,13 @@ print(f"one image → {SEQ_LEN} patch tokens of {64 // SEQ_LEN} pixels ({GRID} �
 fig = capstone_pipeline()
 
 # %% [markdown]
-# **What this small scale can and cannot show.** It can show differences in accuracy larger
-# than the spread between seeds, on real data, for models that are otherwise identical — and
-# it can measure costs exactly: FLOPs and bytes are counted, not estimated, and their growth
-# with the length is a formula that does not depend on the size of the model. It cannot
-# show what happens after long training on large data (a configuration that learns slowly
-# may catch up: every model here gets 200 steps), effects that need long sequences (the
-# long-range tasks of chapter 5 do that), or wall-clock speed on a GPU; our timings are this
-# shared CPU's.
+# **What this small scale can and cannot show.** It can show accuracy differences larger
+# than the spread between seeds, on real data, for otherwise identical models — and it can
+# measure costs exactly: FLOPs and bytes are counted, and their growth with length is a
+# formula independent of model size. It cannot show what happens after long training on
+# large data (a slow learner may catch up: every model here gets 200 steps), effects that
+# need long sequences (chapter 5's long-range tasks), or GPU wall-clock speed; our timings
+# are this shared CPU's.
 
 # %% [markdown]
 # ## 10.2 The encoder, from the package's parts
@@ -156,10 +152,10 @@ fig = capstone_pipeline()
 # residual connections and LayerNorm — assembled from the package's parts, trains into a
 # working classifier on a real task.*
 #
-# Everything we need exists already: `PatchEmbedding` (a 2 × 2 convolution with stride 2 is
-# exactly "flatten each patch, apply one linear layer"), the position schemes of chapter 4,
-# and `attention.blocks.Encoder`, a stack of pre-LN layers built on chapter 3's
-# `MultiHeadAttention`. We first check the encoder against torch's own: copy the weights of a
+# Everything we need exists: `PatchEmbedding` (a 2 × 2 convolution with stride 2 is exactly
+# "flatten each patch, apply one linear layer"), the position schemes of chapter 4, and
+# `attention.blocks.Encoder`, a stack of pre-LN layers built on chapter 3's
+# `MultiHeadAttention`. First we check the encoder against torch's: copy the weights of a
 # two-layer `nn.TransformerEncoder` (pre-LN, `norm_first=True`, with a final LayerNorm) into
 # ours and compare outputs.
 
@@ -185,10 +181,9 @@ print(f"largest difference from nn.TransformerEncoder: {gap:.1e}")
 assert gap < 1e-5
 
 # %% [markdown]
-# The classifier has two parts that the chapter will swap, so they are options: the
-# **positions** (section 10.3) and the **attention** (section 10.4), each kind of attention
-# given to the encoder as its `attn_fn`. `allowed_pairs` is the mask a kind amounts to
-# (`True` = may attend).
+# The two parts the chapter swaps are options: the **positions** (section 10.3) and the
+# **attention** (section 10.4), each kind given to the encoder as its `attn_fn`.
+# `allowed_pairs` is the mask a kind amounts to (`True` = may attend).
 
 # %%
 #| export
@@ -231,11 +226,10 @@ def allowed_pairs(attention: str, seq_len: int = SEQ_LEN, *, window: int = WINDO
 
 # %% [markdown]
 # Now the whole classifier: patch embedding, positions, the encoder, the mean of the output
-# tokens, a linear head. Its task sizes — image size, patch size, channels, number of classes —
-# are arguments whose defaults are the digits'; its transformer sizes and the two swappable
-# parts are keywords. An image need not be square (`image_size=(H, W)`), so a sequence of
-# `L` steps with `C` features is the image `(C, 1, L)` cut into patches of 1: section 10.8
-# does exactly that.
+# tokens, a linear head. The task sizes — image size, patch size, channels, number of classes
+# — are arguments defaulting to the digits'; the transformer sizes and the two swappable
+# parts are keywords. An image need not be square (`image_size=(H, W)`), so a sequence of `L`
+# steps with `C` features is the image `(C, 1, L)` cut into patches of 1 (section 10.8).
 
 # %%
 #| export
@@ -329,8 +323,8 @@ class PatchClassifier(nn.Module):
 
 
 # %% [markdown]
-# One part at a time on a batch of four test images, with the shape after each step, and then
-# the whole model on the same batch: it computes exactly what we wrote out.
+# One part at a time on four test images, with the shape after each step, then the whole
+# model on the same batch: it computes exactly what we wrote out.
 
 # %%
 images = data.test_images[:4].unsqueeze(1)  # (B, 1, 8, 8)
@@ -348,17 +342,16 @@ print(f"d_model {D_MODEL}, {NUM_HEADS} heads of width {D_MODEL // NUM_HEADS}, d_
       f"{NUM_LAYERS} layers: {sum(p.numel() for p in model.parameters()):,} parameters")
 
 # %% [markdown]
-# **Training.** Every model in this chapter is trained the same way, by the book's one loop
-# (`train_classifier`, which runs `fit` with a cross-entropy loss): Adam at a learning rate of
-# 0.005, gradient clipping at 1, 200 steps of 32 images drawn from the training split, then
-# accuracy on all 450 test images. Seeds follow the book's convention — parameters from
-# `seed`, batches from `seed + 1` — so two configurations trained with the same seed start
-# from the same draw and see the same images in the same order. Three seeds per
-# configuration. All the data-specific part of training is `draw_batches`, which draws a
+# **Training.** Every model in this chapter is trained by the book's one loop
+# (`train_classifier`, `fit` with a cross-entropy loss): Adam at a learning rate of 0.005,
+# gradient clipping at 1, 200 steps of 32 training images, then accuracy on all 450 test
+# images, three seeds per configuration. Parameters come from `seed` and batches from
+# `seed + 1`, so two configurations with the same seed start from the same draw and see the
+# same images in the same order. The data-specific part is `draw_batches`, which draws a
 # batch from any labelled tensors.
 #
-# The threshold for a "working classifier", set from the claim before the run: **every seed
-# at an accuracy of at least 0.85**, eight and a half times chance (10 %).
+# The threshold for a "working classifier", set before the run: **every seed at an accuracy
+# of at least 0.85**, eight and a half times chance (10 %).
 
 # %%
 #| export
@@ -428,23 +421,20 @@ print(sweep_summary("§10 encoder"))  # the stored sweep: other seeds, three tim
 
 # %% [markdown]
 # **Verdict on §10 encoder: reproduced**, on seeds 0–2 and 3–5 and with three times the
-# budget (the sweep above). Every seed clears the threshold, and the loss curves of the three
-# seeds fall together. This configuration — learned positions, full attention —
-# is the baseline that the next two sections change one part at a time.
+# budget (the sweep above). Every seed clears the threshold. This configuration — learned
+# positions, full attention — is the baseline that the next two sections change.
 
 # %% [markdown]
 # ## 10.3 Swapping the positional encoding
 #
 # **Claim (§10 positions).** The article's advice from chapter 4: *for inputs of a fixed,
 # short length a learned position table is enough; RoPE is for variable or longer lengths.*
-# Here every input has exactly 16 tokens, so a learned table should do at least as well as
-# the alternatives. The rule, fixed now: a learned table's mean accuracy is **within 0.02**
-# (nine test digits) of the best non-learned encoding, or above it.
+# Every input here has exactly 16 tokens. The rule, fixed now: a learned table's mean
+# accuracy is **within 0.02** (nine test digits) of the best non-learned encoding, or above.
 #
-# The five schemes of the package, all with full attention: none (the control: a bag of
-# patches), sinusoidal, learned, RoPE and ALiBi. The learned table starts at the scale of
-# `SequenceClassifier`'s (standard deviation 1); a sceptic would ask about the usual small
-# start (0.02, as in GPT-2 and ViT), so that one runs too.
+# The package's five schemes, all with full attention: none (the control: a bag of patches),
+# sinusoidal, learned, RoPE and ALiBi. The learned table starts at `SequenceClassifier`'s
+# scale (standard deviation 1); the usual small start (0.02, as in GPT-2 and ViT) runs too.
 
 # %%
 positional_builders = {
@@ -476,11 +466,11 @@ ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not 
 ax.figure.set_size_inches(10, 4)
 
 # %% [markdown]
-# Position matters a great deal on this task: without it the model sees a bag of 16 patches
-# and gets less than half the digits right. Both learned tables beat every other scheme, but
-# their own spread is the largest effect after "none": the small start learns much more
-# slowly in 200 steps (and varies more between seeds) than the start at the scale of the
-# tokens. The learned-table rule:
+# Position matters a great deal here: without it the model sees a bag of 16 patches and gets
+# less than half the digits right. Both learned tables beat every other scheme, but their own
+# spread is the largest effect after "none": the small start learns much more slowly in 200
+# steps (and varies more between seeds) than the start at the tokens' scale. The
+# learned-table rule:
 
 # %%
 non_learned = {k: v for k, v in position_acc.items() if not k.startswith("learned")}
@@ -501,10 +491,10 @@ record_claim(
 )
 
 # %% [markdown]
-# A sceptic would change three things: the seeds, the budget (200 steps is short; the loss
-# curves above are still falling), and RoPE's base. RoPE turns channel pair $i$ of a head of
-# width $d_h$ by $\text{base}^{-2i/d_h}$ radians per token; with the usual base of 10000 and
-# this chapter's head width of 8, across 16 tokens:
+# A sceptic would change the seeds, the budget (the loss curves above are still falling),
+# and RoPE's base. RoPE turns channel pair $i$ of a head of width $d_h$ by
+# $\text{base}^{-2i/d_h}$ radians per token; with the usual base of 10000 and this chapter's
+# head width of 8, across 16 tokens:
 
 # %% tags=["nbval-check-output"]
 head_dim = D_MODEL // NUM_HEADS
@@ -516,10 +506,9 @@ for base in (10000.0, 16.0):
 
 # %% [markdown]
 # With base 10000 two of the four pairs hardly turn, so half of each head's width carries no
-# position at all; a practitioner would tune the base to the length. The stored sweep
-# (`python -m book.sceptic --chapter 10`: seeds 3–5, three times the budget, RoPE base 16),
-# with each scheme's mean (min–max over the seeds) and the learned table's margin over the
-# best other scheme:
+# position; a practitioner would tune the base to the length. The stored sweep (`python -m
+# book.sceptic --chapter 10`: seeds 3–5, three times the budget, RoPE base 16), with each
+# scheme's mean (min–max over the seeds) and the learned table's margin over the best other:
 
 # %% tags=["nbval-check-output"]
 print(sweep_summary("§10 positions", keys=["learned", "sinusoidal", "RoPE", "ALiBi", "margin"]))
@@ -527,20 +516,18 @@ print(sweep_summary("§10 positions", keys=["learned", "sinusoidal", "RoPE", "AL
 # %% [markdown]
 # **Verdict on §10 positions: reproduced, under every change of the sweep** (seeds 0–5,
 # 200 and 600 steps, RoPE base 10000 or 16). On a fixed-length input the learned table is
-# enough — it wins, with either start — but the margin is a budget effect as much as a
-# property of the schemes: with three times the steps every scheme gains and the lead over
-# the best other scheme shrinks to a third. The initial scale of the table matters more than
-# most choices between schemes at 200 steps, less at 600.
+# enough — it wins, with either start — but the margin is partly a budget effect: with three
+# times the steps every scheme gains and the lead over the best other scheme shrinks to a
+# third. The table's initial scale matters more than most choices between schemes at 200
+# steps, less at 600.
 #
-# What the sweep says about *why* the relative schemes fall behind: RoPE with base 16 gains
-# about as much as it lost to its unused channel pairs, and lands on the sinusoidal table's
-# accuracy. So on this task RoPE's deficit is its base plus what every fixed scheme lacks
-# against a learned table — not a blind spot of relative offsets as such. (An explanation this
-# chapter once gave, that a relative scheme "cannot tell where the ink is", is therefore
-# dropped: a tuned RoPE does as well as a fixed absolute table.)
-# ALiBi is another matter: the package's bidirectional form penalises $|i-j|$, the same for a
-# key before or after the query, so it cannot tell the patch above from the patch below, and
-# it does no better than no positions at all (printed below).
+# Why the relative schemes fall behind: RoPE with base 16 gains about as much as it lost to
+# its unused channel pairs, and lands on the sinusoidal table's accuracy. So RoPE's deficit
+# here is its base plus what every fixed scheme lacks against a learned table — not a blind
+# spot of relative offsets as such. ALiBi is another matter: the package's bidirectional form
+# penalises $|i-j|$, the same for a key before or after the query, so it cannot tell the
+# patch above from the patch below, and does no better than no positions at all (printed
+# below).
 #
 # **Claim (§10 relative).** *On a fixed-size 2-D input read as a sequence, relative position
 # schemes lose to absolute ones.* Rule: RoPE's and ALiBi's mean accuracies are each **at
@@ -570,11 +557,10 @@ print(sweep_summary("§10 relative", keys=["RoPE gap", "ALiBi gap"]))
 # **Verdict on §10 relative: reproduced on this task, against the learned table, under every
 # change of the sweep** — and narrower than it reads. RoPE's gap to the better absolute
 # scheme halves with three times the budget, and with base 16 RoPE matches the *sinusoidal*
-# table: it loses to a learned table, not to absolute positions as such. (At 200 steps on
-# seed 0 you can run this yourself: exercise 10.5.) It is no verdict against RoPE either,
-# which chapter 4 found to extrapolate better than the alternatives (C15): a scheme built for
-# sequences of varying length has nothing to show on inputs that never change length. From
-# here on the baseline is the learned table (start 1).
+# table: it loses to a learned table, not to absolute positions (exercise 10.5 runs this at
+# 200 steps on seed 0). Nor is it a verdict against RoPE, which chapter 4 found to
+# extrapolate better (C15): a scheme built for varying lengths has nothing to show on inputs
+# of one length. From here on the baseline is the learned table (start 1).
 
 # %% [markdown]
 # ## 10.4 Swapping the attention
@@ -582,8 +568,8 @@ print(sweep_summary("§10 relative", keys=["RoPE gap", "ALiBi gap"]))
 # Three cheaper kinds of attention from chapter 5, each replacing full attention in both
 # layers and nothing else:
 #
-# - **window ±4**: a patch sees the 4 patches before it and the 4 after it in reading order —
-#   on a 4 × 4 grid, that includes the patch directly above and the one directly below;
+# - **window ±4**: a patch sees the 4 patches before and the 4 after it in reading order —
+#   on a 4 × 4 grid, including the patches directly above and below;
 # - **linear**: every patch, through the feature map $\varphi(x) = \mathrm{elu}(x) + 1$
 #   instead of a softmax;
 # - **block-sparse**: BigBird's pattern on blocks of 2 patches (each block sees its
@@ -600,12 +586,10 @@ for kind in ATTENTIONS:
 
 # %% [markdown]
 # Reading order distorts the picture: the window reaches the far end of the row above but
-# not the diagonal neighbours at the top left and bottom right of the query. On 16 tokens
-# these kernels are slower than full attention (they loop over blocks in Python, section
-# 10.5), so for training the window and block-sparse models compute full attention with the
-# kind's mask — the same function.
-# We check that claim of sameness on a model, with its weights copied into the kernel
-# version:
+# not the diagonal neighbours at the top left and bottom right. On 16 tokens these kernels
+# are slower than full attention (they loop over blocks in Python, section 10.5), so for
+# training the window and block-sparse models compute full attention with the kind's mask —
+# the same function, as we check on a model with its weights copied into the kernel version:
 
 # %%
 probe = data.test_images[:64].unsqueeze(1)  # (64, 1, 8, 8)
@@ -622,10 +606,10 @@ for kind in ("window", "block-sparse"):
 # the dependencies a task needs lie within a window, a sliding window is enough*; block-sparse
 # patterns that keep the neighbours should do as well; and *linear attention costs some
 # accuracy* (C19, tested on long documents in chapter 5). Rules, fixed now, against full
-# attention with the same learned positions: the window and block-sparse models lose **at most
-# 0.02** of mean accuracy; linear attention's loss counts as reproduced if it exceeds 0.02 and
-# every linear seed is below every full-attention seed, as partly if it only exceeds 0.02,
-# and as not reproduced otherwise.
+# attention with the same learned positions: window and block-sparse lose **at most 0.02** of
+# mean accuracy; linear attention's loss is reproduced if it exceeds 0.02 and every linear
+# seed is below every full-attention seed, partly if it only exceeds 0.02, not reproduced
+# otherwise.
 
 # %%
 attention_builders = {
@@ -707,32 +691,30 @@ for claim in ("§10 window", "§10 block-sparse", "§10 linear"):
 # %% [markdown]
 # **Verdicts.** *§10 window: reproduced, under every change of the sweep* — and trivially so.
 # A window of ±1 patch, which does not even reach the patch above, loses nothing either: the
-# digit is recognised from strokes and their neighbours, and on this task no window is too
+# digit is recognised from strokes and their neighbours, and no window on this task is too
 # narrow to show the claim failing. *§10 block-sparse: reproduced*, under every change, for
 # the same reason. *§10 linear: not reproduced on this task, under every change*: linear
 # attention classified the digits as well as softmax attention. That does not contradict
 # chapter 5, where linear attention learned a single long-range lookup more slowly (C19
-# linear, partly): with 16 tokens there is no hard lookup to make, and the low rank of its
-# weights (at most the head width, 8, against 16 tokens) costs nothing here. A verdict on an
-# accuracy cost is a verdict about a task.
+# linear, partly): with 16 tokens there is no hard lookup, and the low rank of its weights
+# (at most the head width, 8, against 16 tokens) costs nothing. A verdict on an accuracy cost
+# is a verdict about a task.
 #
 # **What this section cannot show.** The article's point about efficient attention is a
-# trade of accuracy against cost *on long inputs*. At 16 tokens there is no such trade to
-# see: every kind is as accurate as full attention, and (section 10.5) none is cheaper. The
-# digits are too short for the efficient kinds to pay. Section 10.5 measures their cost
-# alone, on random inputs as long as 2048 tokens, with no accuracy to weigh. Both sides on
-# long inputs — the memory and FLOPs of each kind up to thousands of tokens (C19 cost), and
-# the long-document task on which a bare window fails (C19 window) — are chapter 5's
-# measurements; the decision guide (section 10.7) quotes those records next to these.
+# trade of accuracy against cost *on long inputs*. At 16 tokens there is no trade: every kind
+# is as accurate as full attention, and (section 10.5) none is cheaper. Section 10.5 measures
+# cost alone, on random inputs up to 2048 tokens; both sides on long inputs (C19 cost, C19
+# window) are chapter 5's measurements, which the decision guide (section 10.7) quotes next
+# to these.
 
 # %% [markdown]
 # ## 10.5 What each choice costs
 #
-# Accuracy is one side of the trade. The other is what a training step costs, measured here
-# two ways: the **exact peak memory** of one forward and backward pass on a batch of 32
-# (every tensor allocated, counted by `measure.memory`; gradients included, inputs not)
-# and its **wall time** (the fastest of five calls on this shared machine; shown, never
-# asserted). The window and block-sparse models now run their real kernels.
+# The other side of the trade is what a training step costs: the **exact peak memory** of one
+# forward and backward pass on a batch of 32 (every tensor allocated, counted by
+# `measure.memory`; gradients included, inputs not) and its **wall time** (the fastest of
+# five calls on this shared machine; shown, never asserted). The window and block-sparse
+# models now run their real kernels.
 
 # %%
 batch_images, batch_labels = data.train_images[:32].unsqueeze(1), data.train_labels[:32]
@@ -759,12 +741,11 @@ for label, cost in step_costs.items():
 
 # %% [markdown]
 # At 16 tokens, full attention is the *cheapest* kind in memory, byte for byte, and the
-# window and block-sparse kernels are much slower (this machine's times, in the second
-# table). Each efficient kernel keeps extra bookkeeping (block indices, gathered keys,
-# normalisers) and, in this package, loops over blocks in Python; their savings grow with the
-# length, but here there is nothing to save. (The position schemes cost memory too: RoPE
-# rotates queries and keys in every layer, ALiBi adds a bias table to the scores.) Where is
-# the break-even? Two exact measurements, and one timing, answer.
+# window and block-sparse kernels are much slower (second table): each keeps extra
+# bookkeeping (block indices, gathered keys, normalisers) and, in this package, loops over
+# blocks in Python; their savings grow with length, but here there is nothing to save. (RoPE
+# and ALiBi cost memory too: rotated queries and keys, a bias table.) Where is the
+# break-even? Two exact measurements and one timing answer.
 #
 # **FLOPs.** One encoder layer does four projections ($8 n d^2$ FLOPs), the feed-forward
 # ($4 n d \, d_{ff}$) and the two $n \times n$ products $QK^\top$ and $AV$ ($4 n^2 d$). The
@@ -811,7 +792,7 @@ def crossover_length(*, d_model: int = D_MODEL, d_ff: int = D_FF) -> int:
 
 
 # %% [markdown]
-# We count the FLOPs of the real encoder with torch's counter and check the formula.
+# torch's FLOP counter on the real encoder checks the formula.
 
 # %% tags=["nbval-check-output"]
 FLOP_LENGTHS = (16, 64, 128, 256, 1024)
@@ -826,11 +807,10 @@ print(f"half the compute is n² at n* = 2·{D_MODEL} + {D_FF} = {n_star} tokens 
       f"{bert_star:,} at BERT-base's sizes (d_model 768, d_ff 3072)")
 
 # %% [markdown]
-# **Memory.** The same encoder alone, on one sequence of growing length: peak bytes of a
-# forward and backward pass for full attention through torch's fused kernel (what
-# `torch_sdpa` calls), for the package's written-out reference (which forms the $n \times n$
-# weights, up to 1,024 tokens), and for the three efficient kernels. Times are measured up to
-# 1,024 tokens.
+# **Memory.** The same encoder on one sequence of growing length: peak bytes of a forward and
+# backward pass for full attention through torch's fused kernel (what `torch_sdpa` calls),
+# for the package's written-out reference (forming the $n \times n$ weights, up to 1,024
+# tokens), and for the three efficient kernels; times up to 1,024 tokens.
 
 # %%
 SWEEP_LENGTHS = (16, 64, 256, 1024, 2048)
@@ -899,11 +879,10 @@ for label in ("window ±4", "linear", "block-sparse"):
 # The written-out attention's memory grows like $n^2$ (chapter 5, C18): at 1,024 tokens it
 # holds the weight tables of every head and layer. torch's fused kernel never forms that
 # table — it tiles the computation like FlashAttention (chapter 6) — and its memory grows like
-# $n$, *below every efficient kernel at every length we measured*. What stays quadratic is the
-# compute: past $n^*$ full attention's time grows faster than the efficient kernels' (right
-# panel, and the timing table: on this machine they overtake it somewhere between a few
-# hundred and a thousand tokens), and that, not memory, is the reason to give up full
-# attention.
+# $n$, *below every efficient kernel at every length we measured*. What stays quadratic is
+# compute: past $n^*$ full attention's time grows faster than the efficient kernels' (here
+# they overtake it between a few hundred and a thousand tokens), and that, not memory, is
+# the reason to give up full attention.
 #
 # **Claim (§10 O(n²)).** The article's last advice: *do not avoid attention for fear of its
 # $O(n^2)$ cost* — at the lengths of a task like this one, the quadratic part is not what makes
@@ -937,20 +916,20 @@ record_claim(
 
 # %% [markdown]
 # **Verdict on §10 O(n²): reproduced.** At 16 tokens the $n^2$ products are a ninth of the
-# work and full attention is the lightest kind in memory. The break-even is a formula you can
-# apply to your own model before training anything: $n^* = 2\,d_{model} + d_{ff}$ — in the
-# thousands for a BERT-sized model. Below it, reach for full attention (through a fused
-# kernel); above it, the quadratic term starts to dominate the compute and the kinds of
-# section 10.4 earn their place, if the task allows what they give up.
+# work and full attention is the lightest kind in memory. The break-even is a formula to
+# apply to your own model before training: $n^* = 2\,d_{model} + d_{ff}$ — in the thousands
+# for a BERT-sized model. Below it, use full attention (through a fused kernel); above it,
+# the quadratic term dominates the compute and the kinds of section 10.4 earn their place,
+# if the task allows what they give up.
 
 # %% [markdown]
 # ## 10.6 Do you need attention at all?
 #
 # **Claim (§10 fashion).** The article warns against using attention *because it is popular*.
-# A sceptic's test: train models without any attention on the same 64 pixels, with the same
-# loop, budget, seeds and batches — multinomial logistic regression (a linear layer) and a
-# small MLP (one hidden layer of 64 ReLU units). Rule: if the MLP's mean accuracy is within
-# 0.02 of the best encoder's (or above it), attention bought nothing on this task.
+# A sceptic's test: models without attention on the same 64 pixels, with the same loop,
+# budget, seeds and batches — multinomial logistic regression and a small MLP (one hidden
+# layer of 64 ReLU units). Rule: if the MLP's mean accuracy is within 0.02 of the best
+# encoder's (or above it), attention bought nothing on this task.
 
 # %%
 #| export
@@ -1018,19 +997,18 @@ print(sweep_summary("§10 fashion"))  # the best of the four attention kinds vs 
 
 # %% [markdown]
 # **Verdict on §10 fashion: reproduced**, on seeds 0–2 and 3–5 and with three times the
-# budget (the sweep above: the MLP stays ahead of the best encoder at 600 steps too). The
-# MLP beats every encoder we trained, with a sliver of the compute, and even a linear model
-# is in their range. 8 × 8 digits are centred, of one size, and separable almost pixel by
-# pixel: there is no long-range or order-dependent structure for attention to find. This is
-# no argument against the encoder — the same parts, with a different input, are chapter 5's
-# long-document model and chapter 7's vision models — but it is the first measurement to make
-# on a new task: a baseline without attention, trained the same way.
+# budget (the MLP stays ahead of the best encoder at 600 steps too). The MLP beats every
+# encoder we trained, with a sliver of the compute, and even a linear model is in their
+# range. 8 × 8 digits are centred, of one size, and separable almost pixel by pixel: there is
+# no long-range or order-dependent structure for attention to find. This is no argument
+# against the encoder — the same parts are chapter 5's long-document model and chapter 7's
+# vision models — but it is the first measurement to make on a new task: a baseline without
+# attention, trained the same way.
 
 # %% [markdown]
-# A last look at the trade-off: every configuration of the chapter by its accuracy (mean,
-# min–max over seeds) against the exact memory of a training step. The position schemes that
-# only add a vector to the tokens need the same bytes, so their markers are set side by side
-# around their common value rather than on top of each other.
+# A last look at the trade-off: every configuration by accuracy (mean, min–max over seeds)
+# against the exact memory of a training step. Position schemes that only add a vector to the
+# tokens need the same bytes, so their markers are set side by side around that value.
 
 # %%
 fig, ax = plt.subplots(figsize=(9.5, 4.8))
@@ -1053,10 +1031,9 @@ _ = ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
 #
 # The chapter's verdicts and the other chapters' recorded claims, brought together. Each row
 # names a situation, the choice for it, and the claims that back it, with their numbers as
-# the notebooks recorded them — this chapter's from this run, the others' read from their
-# executed notebooks through the book's claims index (`book.claims_index`). A row whose
-# chapter has not recorded its claims yet is listed separately, without advice that nothing
-# backs: those are questions their chapters answer.
+# recorded — this chapter's from this run, the others' from their executed notebooks through
+# the claims index (`book.claims_index`). A row whose chapter has not recorded its claims yet
+# is listed separately, without advice: those are questions their chapters answer.
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 here = [Evidence(c.claim_id, 10, c.verdict, c.measured) for c in claims()]
@@ -1068,15 +1045,14 @@ guide = decision_guide(here + elsewhere)
 Markdown(guide_markdown(guide))
 
 # %% [markdown]
-# **Claim (§10 guide).** The article's closing advice: *choose attention by the task*, because
-# which kind is best depends on it. The sliding window is the test case: on the digits it
-# matched full attention (section 10.4), while on chapter 5's long documents, whose label
-# depends on a topic far from the read-out token, it was stuck at chance (C19 window; a stack
-# of wider windows, whose reach covers the span, did not reliably learn the task either: C19
-# window depth). Before the run we call a kind "useless" on a task when it is at
-# least `FAILS_BY` below full attention there. The asserting cell reads both numbers from
-# chapter 5's recorded measurement, checks the window on the digits, and checks that every row
-# of the guide rests on recorded numbers from this chapter and from chapters 3–5.
+# **Claim (§10 guide).** The article's closing advice: *choose attention by the task*. The
+# sliding window is the test case: on the digits it matched full attention (section 10.4),
+# while on chapter 5's long documents, whose label depends on a topic far from the read-out
+# token, it was stuck at chance (C19 window; a stack of wider windows, whose reach covers the
+# span, did not reliably learn the task either: C19 window depth). Before the run we call a
+# kind "useless" on a task when it is at least `FAILS_BY` below full attention there. The
+# asserting cell reads both numbers from chapter 5's record, checks the window on the digits,
+# and checks that every row of the guide rests on recorded numbers.
 
 # %%
 c19_window = next(e for e in elsewhere if e.claim_id == "C19 window")
@@ -1101,24 +1077,23 @@ record_claim(
 
 # %% [markdown]
 # **Verdict on §10 guide: reproduced.** The same sliding window is as good as full attention
-# on one task and useless on another; only the task can tell. The guide is the short form of
-# the book: find your situation, then open the chapter its evidence comes from and run that
-# chapter's test on your own data before trusting the row.
+# on one task and useless on another; only the task can tell. The guide is the book in short:
+# find your situation, open the chapter its evidence comes from, and run that chapter's test
+# on your own data before trusting the row.
 
 # %% [markdown]
 # ## 10.8 Pointing the capstone at your own data
 #
 # Nothing in `PatchClassifier` knows about digits except its default sizes, and nothing in
-# the training knows about them except the tensors handed to `draw_batches`. To use it on your
-# own data you need inputs shaped `(N, C, H, W)`, labels `0 … K-1`, a fixed test split, and the
-# sizes. An example that ships offline: scikit-learn's breast-cancer records (Wisconsin
-# diagnostic), each ten measurements of the cell nuclei in a biopsy image — radius, texture,
-# perimeter, area, … — given three times (mean, standard error, worst value), labelled
-# malignant or benign. We read a record as a *sequence* of ten tokens, one per measurement,
-# with its three statistics as channels: the "image" `(3, 1, 10)` cut into patches of 1 × 1.
-# The measurements' scales differ by four orders of magnitude, so each feature is standardised
-# with the training split's mean and standard deviation; the split is per class, seeded, as
-# for the digits.
+# training except the tensors handed to `draw_batches`. For your own data you need inputs
+# shaped `(N, C, H, W)`, labels `0 … K-1`, a fixed test split, and the sizes. An example that
+# ships offline: scikit-learn's breast-cancer records (Wisconsin diagnostic), ten
+# measurements of the cell nuclei in a biopsy image — radius, texture, perimeter, area, … —
+# each given three times (mean, standard error, worst value), labelled malignant or benign.
+# A record becomes a *sequence* of ten tokens, one per measurement, its three statistics as
+# channels: the "image" `(3, 1, 10)` cut into patches of 1 × 1. Each feature is standardised
+# with the training split's mean and standard deviation (the scales differ by four orders of
+# magnitude); the split is per class and seeded, as for the digits.
 
 # %%
 #| export
@@ -1151,7 +1126,7 @@ def cancer_records(*, test_fraction: float = 0.25, seed: int = 0):
 
 
 # %% [markdown]
-# The same training as in section 10.2, with other tensors and other sizes. Two references run
+# The same training as in section 10.2, with other tensors and sizes. Two references run
 # beside it: the encoder without positions (it sees the set of measurements but cannot tell
 # the radius from the texture) and logistic regression on the thirty numbers.
 
@@ -1171,9 +1146,9 @@ for label, acc in record_acc.items():
     print(f"{label:27s} accuracy {spread(acc).format('.3f')}")
 
 # %% [markdown]
-# Everything else in the chapter applies unchanged: swap the positions or the attention with
-# the same keywords, and measure a model without attention beside it before trusting the
-# encoder (section 10.6) — on records like these, a linear model is the baseline to beat.
+# Everything else applies unchanged: swap the positions or the attention with the same
+# keywords, and measure a model without attention beside it (section 10.6) — on records like
+# these, a linear model is the baseline to beat.
 
 # %% [markdown]
 # ## Claims checked
@@ -1190,29 +1165,24 @@ claims_table()
 # - Compare configurations one factor at a time, with the same seeds and batches, thresholds
 #   fixed in advance, and the spread over seeds reported: differences of a point or two are
 #   often inside it.
-# - Positions matter: on a fixed-size image a learned table beat every other scheme, under
-#   other seeds and a longer budget — though its lead shrinks as every scheme trains longer.
-#   Tune what you would tune in practice before blaming a scheme: RoPE's default base left
-#   half of its channels unused on 16 tokens, and with a base fitted to the length it matched
-#   the sinusoidal table.
+# - On a fixed-size image a learned position table beat every other scheme, though its lead
+#   shrinks with longer training. Tune what you would tune in practice before blaming a
+#   scheme: with a base fitted to the length, RoPE matched the sinusoidal table.
 # - Windowed, block-sparse and linear attention lost nothing on a local task — and cost more,
-#   not less, at 16 tokens: too short for efficient attention to pay (chapter 5 measures it
-#   where it does). The quadratic part of attention is half the compute only from
+#   not less, at 16 tokens. The quadratic part of attention is half the compute only from
 #   $n^* = 2\,d_{model} + d_{ff}$ tokens on; fused kernels keep full attention's memory linear.
 # - Measure a baseline without attention first: on 8 × 8 digits an MLP beat every encoder.
-# - Choose by the task, with the guide of section 10.7 as a starting point and a measurement
-#   on your own data as the decision.
-# - To point the capstone at your own data, give `PatchClassifier` your sizes and
-#   `draw_batches` your tensors (section 10.8).
+# - Choose by the task, with the guide of section 10.7 as a start and a measurement on your
+#   own data as the decision; to point the capstone at your data, give `PatchClassifier` your
+#   sizes and `draw_batches` your tensors (section 10.8).
 #
 # ## Exercises
 #
 # Your workbook `my-exercises/10_application.py` (`make lab` copies it there) has five: cut
-# images into patch tokens in reading order; count an encoder layer's FLOPs and the share of its
-# $n^2$ part; pool over real tokens only when a batch is padded; build the 2-D neighbourhood
-# mask that reading order distorts; and predict §10 relative's verdict with RoPE's base set to
-# 16, then run it. Check your answers in the notebook, or all at once with
-# `make check CH=10`.
+# images into patch tokens in reading order; count an encoder layer's FLOPs and its $n^2$
+# share; pool over real tokens only in a padded batch; build the 2-D neighbourhood mask that
+# reading order distorts; and predict §10 relative's verdict with RoPE's base set to 16, then
+# run it. Check your answers in the notebook or with `make check CH=10`.
 #
 # ## Further reading
 #

@@ -663,8 +663,8 @@ record_claim(
 # %% [markdown]
 # The picture is exact, not statistical. With regular windows every token's field is its own
 # 4 × 4 window, 16 tokens, at any depth. With the shift, one block is still one window (the
-# first block is regular), but two blocks take the red token to 64 tokens, 48 of them outside
-# its window (its shifted window overlaps four regular ones). Four blocks reach 192.
+# first block is regular), but two blocks take the red token to 64 tokens, four windows' worth
+# (its shifted window overlaps four regular ones). Four blocks reach 192.
 #
 # The 16 tokens in the 2 × 2 corners of the map still see only their own window at two
 # blocks: the rolled windows at the edges are pieces from opposite sides, the mask keeps each

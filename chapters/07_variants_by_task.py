@@ -1959,7 +1959,7 @@ claims_table()
 # images into patch tokens (in the order the patch embedding expects); write Swin's
 # shifted-window attention (and roll it back); write CLIP's symmetric loss (both directions);
 # count the attention scores of a ViT layer; write the seasonal-naive forecast; and predict,
-# then run, CLIP with its scale fixed at 5. Check your answers in the notebook, or all at once
+# then run, CLIP with its scale fixed at 2. Check your answers in the notebook, or all at once
 # with `make check CH=07`.
 #
 # ## Further reading

@@ -209,19 +209,19 @@ check("07.5", seasonal_naive)
 
 
 # %% [markdown]
-# ## Exercise 07.6 — Predict, then run: CLIP's temperature fixed at 5 (★★)
+# ## Exercise 07.6 — Predict, then run: CLIP's temperature fixed at 2 (★★)
 #
 # In the chapter, fixing CLIP's scale at $1/\tau = 1$ made retrieval worse in both directions
 # (claim "C27 τ": reproduced), and fixing it at CLIP's start, 14.3, did as well as learning it.
-# Change one knob: fix the scale at **5** (one seed, 250 steps, about 10 s). Before you run it,
-# predict the verdict of C27 τ — is retrieval with $1/\tau = 5$ worse than with the learned
-# temperature in both directions? Hint: `contrastive_loss_floor(32, 5.0)` says how low the loss
+# Change one knob: fix the scale at **2** (one seed, 250 steps, about 10 s). Before you run it,
+# predict the verdict of C27 τ — is retrieval with $1/\tau = 2$ worse than with the learned
+# temperature in both directions? Hint: `contrastive_loss_floor(32, 2.0)` says how low the loss
 # can go at that scale.
 
 
 # %%
 def my_prediction() -> str:
-    """C27 τ's verdict with 1/τ fixed at 5: "reproduced", "partly" or "not reproduced"."""
+    """C27 τ's verdict with 1/τ fixed at 2: "reproduced", "partly" or "not reproduced"."""
     ### BEGIN SOLUTION
     return "reproduced"
     ### END SOLUTION
@@ -230,7 +230,7 @@ def my_prediction() -> str:
 # %%
 from book.claims.ch07 import c27_temperature_sweep_run  # noqa: E402
 
-outcome = c27_temperature_sweep_run(seeds=[0], steps=250, fixed_scale=5.0)  # ≈ 10 s
+outcome = c27_temperature_sweep_run(seeds=[0], steps=250, fixed_scale=2.0)  # ≈ 10 s
 print(outcome)
 
 # %%

@@ -1275,7 +1275,7 @@ for series_name in splits:
     print(f"  {'seasonal naive':>22}: {naive_mse[series_name]:.4f}")
     for name in forecasters:
         s = mse[series_name, name]
-        print(f"  {name:>22}: {s.format('.4f')}   spread {s.max - s.min:.4f}")
+        print(f"  {name:>22}: {s.format('.4f')}")
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(14, 4.6))

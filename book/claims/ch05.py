@@ -344,10 +344,12 @@ from torch import nn  # noqa: E402
 from attention.blocks import Encoder  # noqa: E402
 from attention.dispatch import torch_sdpa  # noqa: E402
 from attention.efficient.adapters import (  # noqa: E402
+    BigBirdAttnFn,
     LinearAttnFn,
     MaskedAttnFn,
     SlidingWindowAttnFn,
 )
+from attention.functional import scaled_dot_product_attention  # noqa: E402
 from attention.heads import MultiHeadAttention  # noqa: E402
 from book.experiments.gradients import gradient_vs_distance  # noqa: E402
 from book.experiments.training import first_step_below, train_classifier  # noqa: E402
@@ -365,6 +367,7 @@ from book.pages.ch05 import (  # noqa: E402
     topic_documents,
 )
 from book.sceptic import Outcome, Perturbation, Sweep  # noqa: E402
+from measure.cost import fit_power, make_qkv, measure_cost  # noqa: E402
 
 
 def _span(xs: Sequence[float], fmt: str = ".2f") -> str:
@@ -568,6 +571,125 @@ def c19_linear_sweep_run(*, seeds: Sequence[int], steps: int) -> Outcome:
     )
 
 
+def _dense(q, k, v):
+    return scaled_dot_product_attention(q, k, v)  # (B, H, L, E)
+
+
+def _ratios(xs: Sequence[float]) -> list[float]:
+    return [b / a for a, b in zip(xs, xs[1:], strict=False)]
+
+
+def c18_sweep_run(
+    *, lengths: Sequence[int], head_dim: int = 32, batch_size: int = 1, num_heads: int = 2
+) -> Outcome:
+    """Section 5.4: one dense attention call (float32, no autograd) at each of ``lengths``
+    (each double the last); the weight tensor's bytes, the call's peak bytes and its matmul
+    FLOPs, exact counts (no timing), judged by :func:`c18_verdict` on the ratios per
+    doubling."""
+    shape = dict(batch_size=batch_size, num_heads=num_heads, head_dim=head_dim)
+    costs, weights = [], []
+    for n in lengths:
+        costs.append(measure_cost(_dense, n, timed=False, **shape))
+        q, k, v = make_qkv(n, **shape)  # (B, H, n, E) each
+        with torch.no_grad():
+            _, w = scaled_dot_product_attention(q, k, v, need_weights=True)  # (B, H, n, n)
+        weights.append(w.untyped_storage().nbytes())
+        del w
+    peaks = [c.peak_bytes for c in costs]
+    peak_ratios, flop_ratios = _ratios(peaks), _ratios([c.flops for c in costs])
+    return Outcome(
+        c18_verdict(
+            weight_ratios=_ratios(weights), flop_ratios=flop_ratios, peak_ratios=peak_ratios
+        ),
+        {
+            "weights ×": _span(_ratios(weights)),
+            "FLOPs ×": _span(flop_ratios),
+            "peak ×": _span(peak_ratios),
+            "peak ∝ n^": f"{fit_power(lengths, peaks):.2f}",
+        },
+    )
+
+
+def _cost_exponents(fns: Mapping[str, object], lengths: Sequence[int], dense_max: int = 2048):
+    """Fitted exponents in n of the peak bytes and the matmul FLOPs of one call of each of
+    ``fns`` (B=1, H=2, width 32) over ``lengths``, and of dense attention over those up to
+    ``dense_max`` (section 5.5: dense stops at 2048)."""
+    dense_lengths = [n for n in lengths if n <= dense_max]
+    memory, flops = {}, {}
+    for name, fn, ns in [("full attention", _dense, dense_lengths)] + [
+        (name, fn, list(lengths)) for name, fn in fns.items()
+    ]:
+        for n in ns if isinstance(fn, BigBirdAttnFn) else ():
+            fn.layout(n)  # drawn and cached once per length, as training leaves it: not counted
+        cs = [measure_cost(fn, n, timed=False) for n in ns]
+        memory[name] = fit_power(ns, [c.peak_bytes for c in cs])
+        flops[name] = fit_power(ns, [c.flops for c in cs])
+    return memory, flops
+
+
+def c19_cost_sweep_run(*, lengths: Sequence[int], window: int, block_size: int) -> Outcome:
+    """C19 cost, section 5.5's table: peak bytes and FLOPs of one call of window ±``window``,
+    the same window + global token 64, BigBird with blocks of ``block_size`` and linear
+    attention over ``lengths`` (dense up to 2048), judged by :func:`c19_cost_verdict`."""
+    fns = {
+        "window": SlidingWindowAttnFn(window, window),
+        "window + global": SlidingWindowAttnFn(window, window, global_tokens=(64,)),
+        "BigBird": BigBirdAttnFn(block_size, n_window=1, n_global=1, n_random=1),
+        "linear": LinearAttnFn(),
+    }
+    memory, flops = _cost_exponents(fns, lengths)
+    return Outcome(
+        c19_cost_verdict(memory, flops, dense="full attention", remedies=list(fns)),
+        {k: f"n^{memory[k]:.2f}/{flops[k]:.2f}" for k in memory},
+    )
+
+
+def c19_global_sweep_run(*, lengths: Sequence[int], window: int, n_global: int) -> Outcome:
+    """C19 global (Longformer's cost): window ±``window`` with ``n_global`` global tokens at
+    positions 64, 65, ..., peak bytes and FLOPs of one call over ``lengths`` against dense
+    attention (up to 2048), judged by :func:`c19_cost_verdict`."""
+    fn = SlidingWindowAttnFn(window, window, global_tokens=tuple(range(64, 64 + n_global)))
+    memory, flops = _cost_exponents({"Longformer": fn}, lengths)
+    return Outcome(
+        c19_cost_verdict(memory, flops, dense="full attention", remedies=["Longformer"]),
+        {k: f"n^{memory[k]:.2f}/{flops[k]:.2f}" for k in ("Longformer", "full attention")},
+    )
+
+
+def c19_bigbird_sweep_run(
+    *, seeds: Sequence[int], steps: int, block_size: int = 8, eval_512: int = 256
+) -> Outcome:
+    """C19 BigBird, section 5.5: the page's one-layer classifier with BigBird's block-sparse
+    kernel (blocks of ``block_size``: window 1, 1 global, 1 random) trained on 128-token
+    documents per seed, read at 128 tokens and on ``eval_512`` documents of 512; the window ±8
+    (blind) trained alike on the first seed. Judged by :func:`c19_reach_verdict_at_lengths`
+    against the predictions from reach, as on the page."""
+    variants = {
+        "BigBird": BigBirdAttnFn(block_size, n_window=1, n_global=1, n_random=1),
+        "window ±8": SlidingWindowAttnFn(8, 8),
+    }
+    test512 = topic_documents(eval_512, 512, generator=torch.Generator().manual_seed(11))
+    by_length = {128: ({}, {}), 512: ({}, {})}
+    for name, fn in variants.items():
+        for n, (accs, predicted) in by_length.items():
+            predicted[name] = predicted_accuracy(fn.allowed(n)[-1], n // 4)
+            accs[name] = []
+        for seed in list(seeds) if name == "BigBird" else list(seeds)[:1]:
+            run = train_classifier(
+                lambda f=fn: classifier(f), documents_of_length(TRAIN_LEN), steps=steps,
+                batch_size=BATCH, lr=LR, seed=seed,
+            )  # fmt: skip
+            by_length[128][0][name].append(run.accuracy)
+            by_length[512][0][name].append(accuracy(run.model, test512))
+    return Outcome(
+        c19_reach_verdict_at_lengths(by_length),
+        {
+            f"L={n}": f"{_span(accs['BigBird'])} vs {predicted['BigBird']:.2f} predicted"
+            for n, (accs, predicted) in by_length.items()
+        },
+    )
+
+
 _SEEDS, _OTHER = [0, 1, 2], Perturbation("seeds 3–5", "three other seeds", {"seeds": [3, 4, 5]})
 
 SCEPTIC_SWEEPS = (
@@ -587,6 +709,71 @@ SCEPTIC_SWEEPS = (
         baseline={"seeds": _SEEDS, "steps": 200},
         perturbations=(_OTHER, Perturbation("600 steps", "a 3× longer budget", {"steps": 600})),
     ),
+    Sweep(
+        "C18",
+        run=c18_sweep_run,
+        baseline={
+            "lengths": [256, 512, 1024, 2048],
+            "head_dim": 32,
+            "batch_size": 1,
+            "num_heads": 2,
+        },
+        perturbations=(
+            Perturbation(
+                "n 32–256",
+                "shorter lengths: the O(n) terms weigh more",
+                {"lengths": [32, 64, 128, 256]},
+            ),
+            Perturbation("n 512–4096", "longer lengths", {"lengths": [512, 1024, 2048, 4096]}),
+            Perturbation("d_k 128", "a wider head", {"head_dim": 128}),
+            Perturbation("B 4 × H 8", "a batch of 4, 8 heads", {"batch_size": 4, "num_heads": 8}),
+        ),
+    ),  # fmt: skip
+    Sweep(
+        "C19 BigBird",
+        run=c19_bigbird_sweep_run,
+        baseline={"seeds": _SEEDS, "steps": 200, "block_size": 8, "eval_512": 256},
+        perturbations=(
+            _OTHER,
+            Perturbation("600 steps", "a 3× longer budget", {"steps": 600}),
+            Perturbation(
+                "blocks of 4", "smaller blocks: less of the topic reached", {"block_size": 4}
+            ),
+            Perturbation(
+                "blocks of 16", "larger blocks: more of the topic reached", {"block_size": 16}
+            ),
+        ),
+    ),  # fmt: skip
+    Sweep(
+        "C19 cost",
+        run=c19_cost_sweep_run,
+        baseline={"lengths": [256, 512, 1024, 2048, 4096], "window": 8, "block_size": 8},
+        perturbations=(
+            Perturbation("n 128–1024", "shorter lengths", {"lengths": [128, 256, 512, 1024]}),
+            Perturbation(
+                "n 1024–8192",
+                "longer lengths (dense to 2048)",
+                {"lengths": [1024, 2048, 4096, 8192]},
+            ),
+            Perturbation("window ±64", "a wider window", {"window": 64}),
+            Perturbation("blocks of 64", "larger blocks", {"block_size": 64}),
+        ),
+    ),  # fmt: skip
+    Sweep(
+        "C19 global",
+        run=c19_global_sweep_run,
+        baseline={"lengths": [256, 512, 1024, 2048, 4096], "window": 8, "n_global": 1},
+        perturbations=(
+            Perturbation("16 global", "16 global tokens", {"n_global": 16}),
+            Perturbation("64 global", "64 global tokens", {"n_global": 64}),
+            Perturbation("window ±64", "a wider window", {"window": 64}),
+            Perturbation(
+                "n 1024–8192",
+                "longer lengths (dense to 2048)",
+                {"lengths": [1024, 2048, 4096, 8192]},
+            ),
+        ),
+    ),  # fmt: skip
     Sweep(
         "C19 window",
         run=c19_window_sweep_run,

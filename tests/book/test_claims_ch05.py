@@ -238,6 +238,10 @@ TINY = {  # claim id -> keyword arguments that make its sweep runner quick
     "C19 window depth": {"seeds": [0], "steps": 3, "window": 12, "layers": 2},
     "C19 global relay": {"seeds": [0], "steps": 3, "dedicated_id": True},
     "C19 linear": {"seeds": [0], "steps": 3},
+    "C18": {"lengths": [16, 32, 64], "head_dim": 8, "batch_size": 1, "num_heads": 2},
+    "C19 BigBird": {"seeds": [0], "steps": 3, "block_size": 8, "eval_512": 8},
+    "C19 cost": {"lengths": [128, 256], "window": 4, "block_size": 8},
+    "C19 global": {"lengths": [128, 256], "window": 4, "n_global": 2},
 }
 
 

@@ -1278,10 +1278,8 @@ print(f"accuracy, linear (elu+1): {linear_acc}")
 # %% [markdown]
 # ### What each variant costs
 #
-# The measurements of section 5.4, now for one call of each variant at lengths up to 4096
-# (dense stops at 2048), plus FlashAttention (`flash_attention`, chapter 6's exact tiled
-# algorithm) as a reference: the same result as dense attention without ever holding the
-# table.
+# Section 5.4's measurements for each variant up to 4096 tokens (dense stops at 2048), and
+# FlashAttention (chapter 6's exact tiled algorithm): dense attention's result, never the table.
 
 # %%
 LENGTHS_COST = (256, 512, 1024, 2048, 4096)

@@ -890,11 +890,9 @@ def c24_sweep_run(*, ns: list[int], layers: int) -> Outcome:
             "slopes dense / flash / checkpointed": " / ".join(
                 f"{slopes[m]:.2f}" for m in MEMORY_METHODS
             ),
-            f"flash removes of the dense peak at n={ns[-1]}": (
-                f"{1 - last[flash] / last['dense']:.0%}"
-            ),
+            "flash removes of the dense peak (largest n)": f"{1 - last[flash] / last['dense']:.0%}",
             "checkpointing cut": f"{last['dense'] / last[ckpt]:.2f}x",
-            f"{layers} layers / 1, dense / checkpointed": (
+            "peak growth from 1 layer, dense / checkpointed": (
                 f"{depth_growth['dense']:.2f}x / {depth_growth[ckpt]:.2f}x"
             ),
             "max diff": f"{max_diff:.0e}",

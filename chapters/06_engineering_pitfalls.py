@@ -1251,7 +1251,7 @@ print(sweep_summary("KV cache", keys=["same tokens", "cache bytes", "FLOPs cut"]
 # %% [markdown]
 # **Verdict on the KV cache: reproduced, in every setting of the sweep**, on counts alone:
 # the same tokens, caches of exactly $H_{kv}/H$ of MHA's bytes, and a FLOP cut that grows with
-# the decode (25× for 32 new tokens, 298× to 302× for 480).
+# the decode (25× decoding to 64 tokens, 298× to 302× decoding to 512).
 #
 # The cache cuts the arithmetic by a little more than the ratio of token positions (attention
 # over the recomputed prefix grows too). It saves far less time: at this size a decoding step

@@ -583,6 +583,16 @@ record_claim(
 )
 
 # %% [markdown]
+# The same count at the other BERT sizes (`c9a_sweep_run`, judged by the same `c9a_verdict`):
+
+# %% tags=["nbval-check-output"]
+print(sweep_summary("C9a", keys=["shape", "parameters"]))
+
+# %% [markdown]
+# **Verdict on C9a: reproduced, at every BERT size tried** (128 to 1,024 wide): the head count
+# never changes the parameter count.
+
+# %% [markdown]
 # ### Heads that divide the work
 #
 # **The claim**, second part: different heads learn different patterns — in BERT, some attend to
@@ -1218,6 +1228,16 @@ record_claim(
 )
 
 # %% [markdown]
+# The sweep (`kv_cache_sweep_run`, the same `kv_cache_verdict`) measures the keys and values
+# each layer computes, on the `meta` device, at other model shapes:
+
+# %% tags=["nbval-check-output"]
+print(sweep_summary("MQA/GQA", keys=["shape", "cache per sequence", "equals the formula"]))
+
+# %% [markdown]
+# **Verdict on MQA/GQA: reproduced, at every shape tried**, from a 6-layer model to a 70B
+# one and to 32,768 tokens: each cache is MHA's divided by $h / h_{kv}$, exactly.
+#
 # A batch of 16 such sequences with full multi-head attention needs 32 GiB of cache — more than
 # twice the model's own weights. GQA-8, the choice of LLaMA-2 70B and Mistral 7B, cuts that by
 # 4×; MQA by 32×. The price is expressiveness: query heads in a group share what they read.

@@ -1,5 +1,5 @@
 """Claims of chapter 3 (C8, C9a, C9b, C10, MQA/GQA): thresholds, verdict functions,
-asserting functions, and the runners of the sceptic's sweeps of C8, C9b and C10
+asserting functions, and the runners of the sceptic's sweeps of C8, C9a, C9b, C10 and MQA/GQA
 (``SCEPTIC_SWEEPS``).
 
 The FLOP count, the parameter count, the pairs model, its training step and the head-mass
@@ -18,10 +18,13 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import torch
+from torch import nn
 
 from attention.checks import check_positive_int
+from attention.heads import MultiHeadAttention
 from book.pages.ch03 import FlopCount, attention_parameter_count, mha_flops, train_pairs
 from book.sceptic import Outcome, Perturbation, Sweep
+from measure.memory import kv_cache_bytes
 
 __all__ = [
     "C8_ABOUT_SAME",
@@ -40,12 +43,14 @@ __all__ = [
     "c8_sweep_run",
     "c8_verdict",
     "c9a_failures",
+    "c9a_sweep_run",
     "c9a_verdict",
     "c9b_specialisation_failures",
     "c9b_sweep_run",
     "c9b_verdict",
     "c10_sweep_run",
     "c10_verdict",
+    "kv_cache_sweep_run",
     "kv_cache_verdict",
 ]
 
@@ -458,6 +463,59 @@ def c10_sweep_run(*, seeds: Sequence[int], steps: int, control_steps: int) -> Ou
     return Outcome(c10_verdict(accuracy, d_model=C10_D_MODEL, control=control), numbers)
 
 
+def _n_params(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def c9a_sweep_run(*, d_model: int, num_heads: int) -> Outcome:
+    """C9a at one BERT size: the package's attention layer of width ``d_model`` with
+    ``num_heads`` heads and with one head, against ``torch.nn.MultiheadAttention(d_model,
+    num_heads)``'s independent count (built on the ``meta`` device, as section 3.4 does),
+    judged by :func:`c9a_verdict`."""
+    with torch.device("meta"):
+        counts = {
+            f"{num_heads} heads": _n_params(MultiHeadAttention(d_model, num_heads)),
+            "1 head": _n_params(MultiHeadAttention(d_model, 1)),
+        }
+        independent = _n_params(nn.MultiheadAttention(d_model, num_heads))
+    return Outcome(
+        c9a_verdict(d_model, counts, independent),
+        {
+            "shape": f"d_model {d_model}, {num_heads} heads of d_k {d_model // num_heads}",
+            "parameters": ", ".join(f"{k} {v:,}" for k, v in counts.items()),
+            "nn.MultiheadAttention": f"{independent:,}",
+        },
+    )
+
+
+def kv_cache_sweep_run(
+    *, num_layers: int, num_heads: int, head_dim: int, seq_len: int, groups: int
+) -> Outcome:
+    """The MQA/GQA claim (:func:`kv_cache_verdict`) at one model shape, on what a cache really
+    holds: the keys and values each of ``num_layers`` layers (``num_heads`` query heads of width
+    ``head_dim``; ``num_heads``, ``groups`` or 1 key/value heads) computes for one sequence of
+    ``seq_len`` tokens in fp16, measured on the ``meta`` device (shapes without memory) and
+    checked against :func:`measure.memory.kv_cache_bytes`."""
+    d = num_heads * head_dim
+    kv_heads = {"MHA": num_heads, f"GQA-{groups}": groups, "MQA": 1}
+    cache, formula = {}, {}
+    with torch.device("meta"), torch.no_grad():
+        x = torch.empty(1, seq_len, d, dtype=torch.float16)  # (B, L, D)
+        for name, kv in kv_heads.items():
+            layer = MultiHeadAttention(d, num_heads, num_kv_heads=kv).half()
+            per_layer = layer.k_proj(x).nbytes + layer.v_proj(x).nbytes
+            cache[name] = num_layers * per_layer
+            formula[name] = kv_cache_bytes(num_layers, kv, head_dim, seq_len, bytes_per_element=2)
+    return Outcome(
+        kv_cache_verdict(cache, kv_heads, num_heads),
+        {
+            "shape": f"{num_layers} layers, {num_heads} heads of {head_dim}, {seq_len} tokens",
+            "cache per sequence": ", ".join(f"{k} {v / 2**20:,.6g} MiB" for k, v in cache.items()),
+            "equals the formula": cache == formula,
+        },
+    )
+
+
 # The changes the verdicts are re-run under.
 SCEPTIC_SWEEPS = (
     # C8: the chapter judges BERT-base's shape (L 512, d_model 768, h 12); the knob is the shape.
@@ -485,6 +543,42 @@ SCEPTIC_SWEEPS = (
         perturbations=(
             Perturbation("seeds 3–5", "other seeds", {"seeds": [3, 4, 5]}),
             Perturbation("900 steps", "a 3× longer budget", {"steps": 900}),
+        ),
+    ),
+    # C9a: a configuration fact at BERT-base's shape; the knob is the other BERT sizes.
+    Sweep(
+        "C9a",
+        run=c9a_sweep_run,
+        baseline={"d_model": 768, "num_heads": 12},
+        perturbations=(
+            Perturbation("BERT-tiny", "d_model 128, 2 heads", {"d_model": 128, "num_heads": 2}),
+            Perturbation("BERT-small", "d_model 512, 8 heads", {"d_model": 512, "num_heads": 8}),
+            Perturbation(
+                "BERT-large", "d_model 1024, 16 heads", {"d_model": 1024, "num_heads": 16}
+            ),
+        ),
+    ),
+    # MQA/GQA: the chapter sizes a 7B-class model's cache; the knob is the model's shape.
+    Sweep(
+        "MQA/GQA",
+        run=kv_cache_sweep_run,
+        baseline={
+            "num_layers": 32,
+            "num_heads": 32,
+            "head_dim": 128,
+            "seq_len": 4096,
+            "groups": 8,
+        },  # fmt: skip
+        perturbations=(
+            Perturbation(
+                "70B shape", "80 layers, 64 heads, GQA-8", {"num_layers": 80, "num_heads": 64}
+            ),
+            Perturbation("32k tokens", "a context of 32,768 tokens", {"seq_len": 32768}),
+            Perturbation(
+                "small model",
+                "6 layers, 8 heads of 64, 512 tokens, GQA-2",
+                {"num_layers": 6, "num_heads": 8, "head_dim": 64, "seq_len": 512, "groups": 2},
+            ),
         ),
     ),
     # C10: the chapter trains h in 1..16 for 300 steps on seeds 0-2, the control for 600.

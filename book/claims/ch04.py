@@ -12,8 +12,23 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from attention.positional import apply_rope
-from book.pages.ch04 import build_lookback_model, lookback_accuracy, train_lookback
+from attention.heads import MultiHeadAttention
+from attention.positional import (
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    apply_rope,
+    sinusoidal_encoding,
+)
+from book.pages.ch04 import (
+    build_lookback_model,
+    fit_shift_matrix,
+    lookback_accuracy,
+    sinusoidal_shift_matrix,
+    sinusoidal_wavelengths,
+    train_lookback,
+    zero_crossings,
+)
 from book.sceptic import Outcome, Perturbation, Sweep
 
 __all__ = [
@@ -30,13 +45,17 @@ __all__ = [
     "assert_c14_quality_drops_past_training_length",
     "assert_c15_rope_extrapolates_better",
     "SCEPTIC_SWEEPS",
+    "c11_sweep_run",
     "c11_verdict",
+    "c12_sweep_run",
+    "c13_sweep_run",
     "c12_verdict",
     "c13_verdict",
     "c14_verdict",
     "c14_sweep_run",
     "c15_sweep_run",
     "c15_verdict",
+    "learned_pe_sweep_run",
     "learned_pe_verdict",
     "lookback_accuracy_over_seeds",
 ]
@@ -360,6 +379,172 @@ def c15_sweep_run(*, seeds: list[int], steps: int, num_layers: int, d_model: int
     )
 
 
+# ------------------------------------------------------------------------------------------
+# C11, C12, C13 and the learned table under a sceptic's changes
+# ------------------------------------------------------------------------------------------
+
+_WORST = {verdict: rank for rank, verdict in enumerate(("not reproduced", "partly", "reproduced"))}
+
+
+@torch.no_grad()
+def _c11_numbers(seed: int, length: int, d_model: int, num_heads: int, permutations: int):
+    """Section 4.1's measurements with ``seed`` (0: the chapter's): the three-word sentences
+    (word vectors from seed ``4 + seed``, the layer from ``seed``) and ``permutations`` random
+    permutations of ``length`` random tokens (seed ``5 + seed``); position gaps on the
+    sentences and on the ``length`` tokens read backwards."""
+    gen = torch.Generator().manual_seed(4 + seed)
+    embedding = torch.randn(3, d_model, generator=gen)  # (V, D): "I", "love", "you"
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(d_model, num_heads=num_heads).eval()
+    swap = torch.tensor([2, 1, 0])
+    x_a = embedding.unsqueeze(0)  # (1, 3, D): "I love you"
+    x_b = x_a[:, swap]  # (1, 3, D): "you love I"
+    out_a, out_b = mha(x_a)[0], mha(x_b)[0]  # (3, D) each
+    gen = torch.Generator().manual_seed(5 + seed)
+    x = torch.randn(1, length, d_model, generator=gen)  # (1, L, D)
+    out = mha(x)  # (1, L, D)
+    perm_error = 0.0
+    for _ in range(permutations):
+        perm = torch.randperm(length, generator=gen)
+        perm_error = max(perm_error, float((mha(x[:, perm]) - out[:, perm]).abs().max()))
+    sinusoidal = SinusoidalPositionalEncoding(d_model, max_len=max(16, length))
+    mha_rope = MultiHeadAttention(
+        d_model, num_heads=num_heads, rotary=RotaryEmbedding(d_model // num_heads)
+    ).eval()
+    mha_rope.load_state_dict(mha.state_dict())  # same weights; RoPE adds none
+    back = torch.arange(length - 1, -1, -1)  # the L tokens read backwards
+
+    def gap(layer, add, first, second, order):
+        return float((layer(add(second))[0] - layer(add(first))[0][order]).abs().max())
+
+    def same(t):
+        return t
+
+    gaps = {
+        "sinusoidal": gap(mha, sinusoidal, x_a, x_b, swap),
+        "RoPE": gap(mha_rope, same, x_a, x_b, swap),
+        f"sinusoidal, {length} tokens reversed": gap(mha, sinusoidal, x, x[:, back], back),
+        f"RoPE, {length} tokens reversed": gap(mha_rope, same, x, x[:, back], back),
+    }
+    pooled_gap = float((out_a.mean(0) - out_b.mean(0)).abs().max())
+    return perm_error, pooled_gap, gaps
+
+
+def c11_sweep_run(
+    *, seeds: list[int], length: int, d_model: int, num_heads: int, permutations: int
+) -> Outcome:
+    """C11 (:func:`c11_verdict`) on section 4.1's measurements for each of ``seeds`` (new word
+    vectors, layer weights and random tokens; seed 0 is the chapter's), ``permutations``
+    permutations of ``length`` tokens, a ``num_heads``-head layer of width ``d_model``. The
+    verdict is the worst seed's; the numbers the worst case over the seeds (largest
+    permutation error and pooled gap, smallest position gap)."""
+    runs = [_c11_numbers(s, length, d_model, num_heads, permutations) for s in seeds]
+    verdicts = [c11_verdict(perm_error=p, pooled_gap=g, position_gaps=gaps) for p, g, gaps in runs]
+
+    def smallest(names: Sequence[str]) -> str:
+        return " / ".join(f"{min(gaps[n] for _, _, gaps in runs):.2f}" for n in names)
+
+    sentence, long = list(runs[0][2])[:2], list(runs[0][2])[2:]
+    return Outcome(
+        min(verdicts, key=_WORST.__getitem__),
+        {
+            "setting": f"d_model {d_model}, {num_heads} heads, {length} tokens, seeds {seeds}",
+            "max |attn(Px) - P attn(x)|": f"{max(p for p, _, _ in runs):.0e}",
+            "pooled gap": f"{max(g for _, g, _ in runs):.0e}",
+            "smallest position gap, sentence (sin / RoPE)": smallest(sentence),
+            "position gap, the tokens reversed (sin / RoPE)": smallest(long),
+            f"seeds with a position gap under {C11_BROKEN}": (
+                f"{sum(min(gaps.values()) <= C11_BROKEN for _, _, gaps in runs)} of {len(seeds)}"
+            ),
+        },
+    )
+
+
+def c12_sweep_run(*, d_model: int, length: int, base: float) -> Outcome:
+    """C12 (:func:`c12_verdict`) as section 4.2 measures it: zero crossings of each sin channel
+    of a ``(length, d_model)`` table with ``base``, and the wavelengths of the pairs with at
+    least 20 crossings against ``2π · base^(2i/d)``."""
+    table = sinusoidal_encoding(length, d_model, base=base, dtype=torch.float64)  # (L, D)
+    crossings = zero_crossings(table[:, 0::2])  # (D/2,)
+    wavelengths = sinusoidal_wavelengths(d_model, base)  # (D/2,)
+    measured = 2 * (length - 1) / crossings.clamp(min=1).double()  # (D/2,)
+    well_sampled = crossings >= 20
+    rel_error = (
+        float((measured[well_sampled] / wavelengths[well_sampled] - 1).abs().max())
+        if bool(well_sampled.any())
+        else 0.0
+    )
+    return Outcome(
+        c12_verdict(crossings.tolist(), max_rel_error=rel_error),
+        {
+            "setting": f"d_model {d_model}, {length} positions, base {base:g}",
+            "crossings, first / last pair": f"{int(crossings[0])} / {int(crossings[-1])}",
+            "wavelengths off the formula by at most": f"{100 * rel_error:.1f}%",
+        },
+    )
+
+
+def c13_sweep_run(
+    *, d_model: int, length: int, base: float, offsets: list[int], fit_offset: int
+) -> Outcome:
+    """C13 (:func:`c13_verdict`) as section 4.3 measures it, in float64: the largest error of
+    ``M_k`` over every position of a ``(length, d_model)`` table (``base``) for each k of
+    ``offsets``, and how far a least-squares fit from the table alone lands from
+    ``M_fit_offset``."""
+    table = sinusoidal_encoding(length, d_model, base=base, dtype=torch.float64)  # (L, D)
+    shift_error = max(
+        float((table[k:] - table[:-k] @ sinusoidal_shift_matrix(k, d_model, base).T).abs().max())
+        for k in offsets
+    )
+    m_fit = fit_shift_matrix(table, fit_offset)  # (D, D)
+    fit_gap = float((m_fit - sinusoidal_shift_matrix(fit_offset, d_model, base)).abs().max())
+    return Outcome(
+        c13_verdict(shift_error=shift_error, fit_gap=fit_gap),
+        {
+            "setting": f"d_model {d_model}, {length} positions, base {base:g}, k {offsets}",
+            "shift error": f"{shift_error:.0e}",
+            f"|M_fit - M_{fit_offset}|": f"{fit_gap:.0e}" if fit_gap < 0.01 else f"{fit_gap:.2f}",
+        },
+    )
+
+
+# Section 4.4's parameter counts (d_model 768) and the table that must refuse position 32.
+_LEARNED_MAX_LENS = (128, 256, 512, 1024, 2048, 4096)
+
+
+def learned_pe_sweep_run(*, seeds: list[int], steps: int, num_layers: int, d_model: int) -> Outcome:
+    """The learned table (:func:`learned_pe_verdict`): parameters of 768-wide tables of
+    section 4.4's sizes, whether a table of 32 refuses a 33rd position, and section 4.6's
+    look-back model with a table of 128 trained on 8-32 tokens on each of ``seeds``, judged
+    at 32 tokens (in range) and 48 (rows 32-47 untrained)."""
+    params = {
+        n: LearnedPositionalEmbedding(768, max_len=n).weight.numel() for n in _LEARNED_MAX_LENS
+    }
+    try:
+        LearnedPositionalEmbedding(max_len=32, d_model=16)(torch.zeros(1, 33, 16))
+        refuses = False
+    except ValueError:
+        refuses = True
+    _, accuracy = _lookback_over_seeds(
+        "learned", seeds, steps=steps, num_layers=num_layers, d_model=d_model
+    )
+    return Outcome(
+        learned_pe_verdict(
+            params=params,
+            d_model=768,
+            refuses_past_table=refuses,
+            in_range=accuracy[SWEEP_TRAIN_MAX],
+            past_trained=accuracy[48],
+        ),
+        {
+            "model": f"{num_layers} layer(s), d_model {d_model}, {steps} steps, seeds {seeds}",
+            "table of 32 refuses a 33rd position": refuses,
+            "mean accuracy at 32/48/64/96/128 tokens": _means(accuracy, SWEEP_LENGTHS),
+            "worst seed at 32": round(min(accuracy[SWEEP_TRAIN_MAX]), 3),
+        },
+    )
+
+
 # The changes C14's and C15's verdicts are re-run under: the chapter shows seeds 0-2, 400
 # steps, one layer, d_model 32. The issue's sceptic: model size (2 layers and d = 64 keep
 # RoPE's accuracy far further out), then seeds and a 3x budget.
@@ -373,6 +558,60 @@ _LOOKBACK_PERTURBATIONS = (
     ),
 )
 SCEPTIC_SWEEPS = (
+    # C11, an identity: other random inputs and weights, a long and a short sequence, a wider
+    # layer; positions (sinusoidal, RoPE) are the case that must break it.
+    Sweep(
+        "C11",
+        c11_sweep_run,
+        {"seeds": [0], "length": 10, "d_model": 8, "num_heads": 2, "permutations": 100},
+        (
+            Perturbation(
+                "seeds 1–4", "other word vectors, weights and tokens", {"seeds": [1, 2, 3, 4]}
+            ),
+            Perturbation("1,000 tokens", "permutations of a long sequence", {"length": 1000}),
+            Perturbation("2 tokens", "the shortest sequence with an order", {"length": 2}),
+            Perturbation(
+                "d_model 512, 8 heads",
+                "a layer of a real model's width",
+                {"d_model": 512, "num_heads": 8},
+            ),
+        ),
+    ),
+    # C12: the width, the window the frequencies are counted over, and the base.
+    Sweep(
+        "C12",
+        c12_sweep_run,
+        {"d_model": 64, "length": 1000, "base": 10000.0},
+        (
+            Perturbation("d_model 512", "a real model's width", {"d_model": 512}),
+            Perturbation("4,000 positions", "a longer window", {"length": 4000}),
+            Perturbation("250 positions", "a shorter window", {"length": 250}),
+            Perturbation("base 10", "a small base: wavelengths 2π to 2π·10", {"base": 10.0}),
+        ),
+    ),
+    # C13: the width (where the fit is ill-conditioned), a longer table, far offsets, the base.
+    Sweep(
+        "C13",
+        c13_sweep_run,
+        {"d_model": 16, "length": 1000, "base": 10000.0, "offsets": [1, 5, 50], "fit_offset": 5},
+        (
+            Perturbation("d_model 64", "a wider table", {"d_model": 64}),
+            Perturbation(
+                "d_model 64, 10,000 positions",
+                "a wider table fitted on ten times the positions",
+                {"d_model": 64, "length": 10000},
+            ),
+            Perturbation(
+                "k 500 and 900",
+                "offsets of half the table and more",
+                {"offsets": [500, 900], "fit_offset": 200},
+            ),
+            Perturbation("base 100", "another base", {"base": 100.0}),
+        ),
+    ),
     Sweep("C14", c14_sweep_run, _LOOKBACK_BASELINE, _LOOKBACK_PERTURBATIONS),
     Sweep("C15", c15_sweep_run, _LOOKBACK_BASELINE, _LOOKBACK_PERTURBATIONS),
+    # The learned table: the same changes as C14 and C15 (whether more training or a bigger
+    # model makes use of rows no training sequence reached).
+    Sweep("§4 learned PE", learned_pe_sweep_run, _LOOKBACK_BASELINE, _LOOKBACK_PERTURBATIONS),
 )

@@ -33,10 +33,16 @@ from book.data import pydoc_text
 from book.experiments.training import torch_threads
 from book.pages.ch06 import (
     CAUSAL_VARIANTS,
+    D_MODEL,
     FILLS,
     FP16_MAX,
     MASK_TESTS,
+    MEMORY_METHODS,
+    NUM_HEADS,
+    NUM_LAYERS,
+    SEQ_LEN,
     accuracy_vs_padding,
+    build_decoder,
     eval_windows,
     masked_softmax,
     naive_softmax,
@@ -50,7 +56,7 @@ from book.pages.ch06 import (
 from book.progress import progress as progress_bar
 from book.sceptic import Outcome, Perturbation, Sweep
 from measure.flops import matmul_flop_counter
-from measure.memory import peak_extra_bytes
+from measure.memory import kv_cache_bytes, peak_extra_bytes
 
 Tensor = torch.Tensor
 REPRODUCED, PARTLY, NOT_REPRODUCED = VERDICTS
@@ -166,12 +172,14 @@ def describe_row(weights: Tensor, allowed: Tensor) -> str:
     return "masked keys get 0" if leak == 0.0 else f"masked keys get {leak:.2g}"
 
 
-def fill_report(dtype: torch.dtype = torch.float32, seed: int = 0) -> dict[str, dict[str, str]]:
+def fill_report(
+    dtype: torch.dtype = torch.float32, seed: int = 0, scale: float = 3.0
+) -> dict[str, dict[str, str]]:
     """``report[fill][case]`` for the cases ``"partly masked row"`` and ``"fully masked row"``
-    (scores ~ N(0, 3²), one row of each), in ``dtype``, by the page's ``masked_softmax``; an
-    error is reported by its type and message."""
+    (scores ~ N(0, ``scale``²), one row of each), in ``dtype``, by the page's
+    ``masked_softmax``; an error is reported by its type and message."""
     g = torch.Generator().manual_seed(seed)
-    scores = (3 * torch.randn(2, 6, generator=g)).to(dtype)  # (2 rows, 6 keys)
+    scores = (scale * torch.randn(2, 6, generator=g)).to(dtype)  # (2 rows, 6 keys)
     allowed = torch.tensor([[True, True, True, False, False, False], [False] * 6])
     report = {}
     for fill in FILLS:
@@ -767,6 +775,183 @@ def c22_sweep_run(*, seeds: list[int], steps: int, train_masked: bool) -> Outcom
     )
 
 
+# ------------------------------------------------------------------------------------------
+# The sweeps of the claims no training decides: C21, C23, C24 and the KV cache
+# ------------------------------------------------------------------------------------------
+
+_LOW_PRECISION = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+_RANK = {NOT_REPRODUCED: 0, PARTLY: 1, REPRODUCED: 2}
+
+
+def c21_sweep_run(*, seeds: list[int], low_precision: str, scale: float, n: int) -> Outcome:
+    """C21 (:func:`c21_verdict`) as section 6.2 measures it: each fill on a partly and a fully
+    masked row of scores ~ N(0, ``scale``²) drawn from each of ``seeds``, in float32 and in
+    ``low_precision`` (``"float16"`` or ``"bfloat16"``), and the unit tests on the causal masks
+    of ``n`` tokens. The verdict is the worst seed's."""
+    check_choice("low_precision", low_precision, tuple(_LOW_PRECISION))
+    table = mask_test_table(n)
+    reports = [
+        (fill_report(torch.float32, s, scale), fill_report(_LOW_PRECISION[low_precision], s, scale))
+        for s in seeds
+    ]
+    verdicts = [c21_verdict(r32, low, table) for r32, low in reports]
+
+    def cases(fill: str, which: int) -> str:
+        """The distinct outcomes of ``fill`` over the seeds: partly / fully masked row."""
+        seen = []
+        for pair in reports:
+            row = pair[which][fill]
+            text = f"{row['partly masked row']} / {row['fully masked row']}"
+            seen.append(text.split(":")[0] if "raises" in text else text)
+        return "; ".join(dict.fromkeys(seen))
+
+    article_passes = [m for m, row in table.items() if m != CORRECT_MASK and row[ARTICLE_TEST]]
+    caught_by_all = all(not all(row.values()) for m, row in table.items() if m != CORRECT_MASK)
+    return Outcome(
+        min(verdicts, key=_RANK.__getitem__),
+        {
+            "setting": f"{low_precision}, scores ~ N(0, {scale:g}²), seeds {seeds}, {n} tokens",
+            "float32 -1e9 (partly / fully masked)": cases("-1e9", 0),
+            "float32 -inf": cases("-inf", 0),
+            "float32 safe softmax": cases("safe softmax", 0),
+            f"{low_precision} -1e9": cases("-1e9", 1),
+            f"{low_precision} safe softmax": cases("safe softmax", 1),
+            "wrong masks the article's test passes": ", ".join(article_passes) or "none",
+            "every wrong mask fails a test": caught_by_all,
+        },
+    )
+
+
+# Section 6.4's aligned inputs for the package's float16 path: 4 tokens of width d_k.
+def _package_finite(scales: Sequence[float], d_k: int) -> list[bool]:
+    outs = []
+    for s in scales:
+        qh = torch.full((1, 1, 4, d_k), float(s), dtype=torch.float16)  # (1, 1, 4, d_k)
+        outs.append(bool(torch.isfinite(scaled_dot_product_attention(qh, qh, qh)).all()))
+    return outs
+
+
+def c23_sweep_run(*, d_ks: list[int], scales: list[float], d_k: int) -> Outcome:
+    """C23 (:func:`c23_verdict`) as section 6.4 measures it: the predicted and measured float16
+    overflow scale at each of ``d_ks`` (scaling after the product and before it), the first
+    NaN of the textbook float16 softmax, and the package's attention on aligned float16 inputs
+    of width ``d_k`` at each of ``scales``."""
+    overflow = {
+        (dk, first): (
+            overflow_scale_predicted(dk, scale_first=first),
+            overflow_scale_measured(dk, scale_first=first),
+        )
+        for dk in d_ks
+        for first in (False, True)
+    }
+    first_nan = first_nan_score("naive")
+    finite = _package_finite(scales, d_k)
+    worst = max(abs(m - p) / p for p, m in overflow.values())
+    return Outcome(
+        c23_verdict(list(overflow.values()), first_nan, finite),
+        {
+            "setting": f"d_k {d_ks}; package at d_k {d_k}, scales {scales}",
+            "overflow scale, scale after (predicted / measured)": ", ".join(
+                f"d_k {dk}: {overflow[dk, False][0]:.2f} / {overflow[dk, False][1]:.2f}"
+                for dk in d_ks
+            ),
+            "largest gap to the prediction": f"{100 * worst:.2f}%",
+            "textbook softmax NaN from": f"{first_nan:.2f}",
+            "package finite at every scale": all(finite),
+        },
+    )
+
+
+# The largest output/gradient difference is measured at this length (section 6.5's).
+_C24_DIFF_N = 256
+
+
+def c24_sweep_run(*, ns: list[int], layers: int) -> Outcome:
+    """C24 (:func:`c24_verdict`) as section 6.5 measures it: the exact peak bytes of a forward
+    and backward pass through ``layers`` attention calls by each method at each of ``ns``
+    (slopes from the last two), one layer against ``layers`` at the largest n, and the
+    largest output/gradient difference to dense at n = 256."""
+    peaks = {m: [peak_memory(m, n, layers=layers) for n in ns] for m in MEMORY_METHODS}
+    one_layer = {m: peak_memory(m, ns[-1], layers=1) for m in MEMORY_METHODS}
+    depth_growth = {m: peaks[m][-1] / one_layer[m] for m in MEMORY_METHODS}
+    slopes = {m: slope(ns, peaks[m]) for m in MEMORY_METHODS}
+    ref = outputs_and_grads("dense", _C24_DIFF_N, layers=layers)
+    max_diff = max(
+        float((a - b).abs().max())
+        for m in MEMORY_METHODS[1:]
+        for a, b in zip(outputs_and_grads(m, _C24_DIFF_N, layers=layers), ref, strict=True)
+    )
+    last = {m: v[-1] for m, v in peaks.items()}
+    flash, ckpt = "flash (package)", "dense + checkpointing"
+    return Outcome(
+        c24_verdict(slopes, last, depth_growth, max_diff=max_diff),
+        {
+            "setting": f"{layers} layers, n {ns}",
+            "slopes dense / flash / checkpointed": " / ".join(
+                f"{slopes[m]:.2f}" for m in MEMORY_METHODS
+            ),
+            "flash removes of the dense peak (largest n)": f"{1 - last[flash] / last['dense']:.0%}",
+            "checkpointing cut": f"{last['dense'] / last[ckpt]:.2f}x",
+            "peak growth from 1 layer, dense / checkpointed": (
+                f"{depth_growth['dense']:.2f}x / {depth_growth[ckpt]:.2f}x"
+            ),
+            "max diff": f"{max_diff:.0e}",
+        },
+    )
+
+
+@lru_cache(maxsize=1)
+def _trained_decoder(steps: int) -> CharDecoder:
+    """Section 6.1's masked decoder, seed 0 (the one section 6.6 decodes with)."""
+    return train_decoder(causal=True, seed=0, steps=steps).model
+
+
+def kv_cache_sweep_run(
+    *, kv_heads: list[int], length: int, prompt: int, batch_size: int, steps: int
+) -> Outcome:
+    """The KV-cache claim (:func:`kv_cache_verdict`) as section 6.6 measures it: cached against
+    recomputed greedy decoding on section 6.1's trained decoder (``steps`` steps, seed 0), and,
+    for untrained decoders of the chapter's width with each of ``kv_heads`` key/value heads,
+    ``length - prompt`` tokens after a random prompt of ``prompt`` tokens, ``batch_size``
+    sequences: the same tokens, the cache's bytes and the matrix-multiply FLOPs each way.
+    Times are not measured: they judge nothing."""
+    data = text_data()
+    model0 = _trained_decoder(steps)
+    window, _ = eval_windows(data, n=4, seed=5)  # (4, SEQ_LEN)
+    cached = generate(model0, window[:, :8], max_new_tokens=SEQ_LEN - 8, use_cache=True)
+    recomputed = generate(model0, window[:, :8], max_new_tokens=SEQ_LEN - 8, use_cache=False)
+    same = torch.equal(cached.tokens, recomputed.tokens)
+    new = length - prompt
+    rows = {}
+    for h_kv in kv_heads:
+        dec = build_decoder(
+            data.vocab.size, causal=True, seed=0, num_kv_heads=h_kv, max_len=length
+        ).eval()
+        g = torch.Generator().manual_seed(0)
+        p = torch.randint(0, data.vocab.size, (batch_size, prompt), generator=g)  # (B, prompt)
+        with torch.no_grad(), torch_threads(1):
+            a = generate(dec, p, max_new_tokens=new, use_cache=True)
+            b = generate(dec, p, max_new_tokens=new, use_cache=False)
+        same = same and torch.equal(a.tokens, b.tokens)
+        nbytes = kv_cache_bytes(
+            NUM_LAYERS, h_kv, D_MODEL // NUM_HEADS, length, batch_size=batch_size,
+            bytes_per_element=4,
+        )  # fmt: skip
+        with torch_threads(1):
+            flops = [decode_flops(dec, p, new, use_cache=c) for c in (False, True)]
+        rows[f"H_kv {h_kv}"] = (h_kv, nbytes, *flops)
+    return Outcome(
+        kv_cache_verdict(same, rows, num_heads=NUM_HEADS),
+        {
+            "setting": f"H_kv {kv_heads} of {NUM_HEADS}, {new} tokens after {prompt}, "
+            f"batch {batch_size}",
+            "same tokens": same,
+            "cache bytes": ", ".join(f"{k} {r[1]}" for k, r in rows.items()),
+            "FLOPs cut": ", ".join(f"{k} {r[2] / r[3]:.0f}x" for k, r in rows.items()),
+        },
+    )
+
+
 # The chapter shows seeds 0-2, 200 steps for the decoder and 60 for the classifier (trained
 # with its mask, on batches padded by up to CLS_TRAIN_PAD extra pads).
 SCEPTIC_SWEEPS = (
@@ -792,6 +977,70 @@ SCEPTIC_SWEEPS = (
                 "then run with and without it",
                 {"train_masked": False},
             ),
+        ),
+    ),
+    # C21: other random scores, bfloat16 in place of float16, scores 100x larger, and the unit
+    # tests on shorter and longer masks.
+    Sweep(
+        "C21",
+        run=c21_sweep_run,
+        baseline={"seeds": [0], "low_precision": "float16", "scale": 3.0, "n": 6},
+        perturbations=(
+            Perturbation("seeds 1–5", "other random scores", {"seeds": [1, 2, 3, 4, 5]}),
+            Perturbation(
+                "bfloat16", "bfloat16 as the half precision", {"low_precision": "bfloat16"}
+            ),
+            Perturbation("scores × 100", "scores ~ N(0, 300²)", {"scale": 300.0}),
+            Perturbation("32 tokens", "unit tests on masks of 32 tokens", {"n": 32}),
+        ),
+    ),
+    # C23: small and large d_k, and inputs up to float16's largest value.
+    Sweep(
+        "C23",
+        run=c23_sweep_run,
+        baseline={"d_ks": [16, 64, 128], "scales": [1.0, 16.0, 32.0, 100.0, 1000.0], "d_k": 64},
+        perturbations=(
+            Perturbation("d_k 1–8", "tiny heads", {"d_ks": [1, 2, 8]}),
+            Perturbation(
+                "d_k 256–4096",
+                "wide heads (the package at d_k 4096)",
+                {"d_ks": [256, 1024, 4096], "d_k": 4096},
+            ),
+            Perturbation(
+                "inputs to 65504",
+                "aligned inputs up to float16's max",
+                {"scales": [1000.0, 10000.0, 65504.0]},
+            ),
+        ),
+    ),
+    # C24: the lengths the slopes are read from, and the depth.
+    Sweep(
+        "C24",
+        run=c24_sweep_run,
+        baseline={"ns": [128, 256, 512, 1024], "layers": 4},
+        perturbations=(
+            Perturbation("n 32–256", "short sequences", {"ns": [32, 64, 128, 256]}),
+            Perturbation("n to 2048", "a longer sequence", {"ns": [256, 512, 1024, 2048]}),
+            Perturbation("2 layers", "a shallower stack", {"layers": 2}),
+            Perturbation("8 layers", "a deeper stack", {"layers": 8}),
+        ),
+    ),
+    # The KV cache: which kinds, the length decoded, the prompt and the batch.
+    Sweep(
+        "KV cache",
+        run=kv_cache_sweep_run,
+        baseline={
+            "kv_heads": [4, 2, 1],
+            "length": 160,
+            "prompt": 32,
+            "batch_size": 1,
+            "steps": 200,
+        },
+        perturbations=(
+            Perturbation("64 tokens", "a short decode (32 after 32)", {"length": 64}),
+            Perturbation("512 tokens", "a long decode (480 after 32)", {"length": 512}),
+            Perturbation("prompt of 4", "a short prompt", {"prompt": 4}),
+            Perturbation("batch 8", "8 sequences at once", {"batch_size": 8}),
         ),
     ),
 )

@@ -235,7 +235,7 @@ def test_sweeps_declare_seeds_and_a_3x_budget():
     from book.claims.ch03 import SCEPTIC_SWEEPS
 
     sweeps = {s.claim_id: s for s in SCEPTIC_SWEEPS}
-    assert set(sweeps) == {"C8", "C9b", "C10"}
+    assert set(sweeps) == {"C8", "C9a", "C9b", "C10", "MQA/GQA"}
     for claim in ("C9b", "C10"):
         kwargs = [dict(p.kwargs) for p in sweeps[claim].perturbations]
         assert any(k.get("seeds") == [3, 4, 5] for k in kwargs)
@@ -263,3 +263,20 @@ def test_c9b_and_c10_sweep_runs_run_and_judge_at_a_tiny_budget():
     assert set(c10.numbers["per seed"]) == {"h=1", "h=2", "h=4", "h=8", "h=16"}
     with pytest.raises(ValueError, match="seeds"):
         c10_sweep_run(seeds=[], steps=2, control_steps=2)
+
+
+def test_c9a_sweep_run_counts_other_bert_sizes():
+    from book.claims.ch03 import c9a_sweep_run
+
+    tiny = c9a_sweep_run(d_model=128, num_heads=2)
+    assert tiny.verdict == "reproduced"
+    assert tiny.numbers["nn.MultiheadAttention"] == f"{4 * (128 * 128 + 128):,}"  # 66,048
+
+
+def test_kv_cache_sweep_run_measures_the_cache_on_meta():
+    from book.claims.ch03 import kv_cache_sweep_run
+
+    out = kv_cache_sweep_run(num_layers=2, num_heads=4, head_dim=8, seq_len=16, groups=2)
+    assert out.verdict == "reproduced" and out.numbers["equals the formula"] is True
+    # 2 layers x (K and V) x 4 heads x 8 x 16 tokens x 2 bytes = 4096 bytes for MHA.
+    assert out.numbers["cache per sequence"].startswith(f"MHA {4096 / 2**20:,.6g} MiB")

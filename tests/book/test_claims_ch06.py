@@ -390,8 +390,8 @@ def test_every_verdict_is_one_of_the_verdicts():
 
 def test_sweeps_declare_seeds_budget_and_the_mask_in_training():
     sweeps = {s.claim_id: s for s in claims.SCEPTIC_SWEEPS}
-    assert set(sweeps) == {"C20", "C22"}
-    for sweep in sweeps.values():
+    assert set(sweeps) == {"C20", "C21", "C22", "C23", "C24", "KV cache"}
+    for sweep in (sweeps["C20"], sweeps["C22"]):
         changed = {k for p in sweep.perturbations for k in p.kwargs}
         assert {"seeds", "steps"} <= changed
         budgets = [p.kwargs["steps"] for p in sweep.perturbations if "steps" in p.kwargs]
@@ -416,3 +416,51 @@ def test_sweep_runners_run_and_judge_a_tiny_budget():
         "no mask, 32 pads",
     }
     assert c22.numbers["trained"] == "without its mask" and c22.numbers["steps"] == 2
+
+
+def test_untrained_claims_declare_their_own_knobs():
+    sweeps = {s.claim_id: s for s in claims.SCEPTIC_SWEEPS}
+    changed = {cid: {k for p in sw.perturbations for k in p.kwargs} for cid, sw in sweeps.items()}
+    assert {"seeds", "low_precision", "scale", "n"} <= changed["C21"]
+    assert any(p.kwargs.get("low_precision") == "bfloat16" for p in sweeps["C21"].perturbations)
+    assert {"d_ks", "scales", "d_k"} <= changed["C23"]
+    assert {"ns", "layers"} <= changed["C24"]
+    assert {"length", "prompt", "batch_size"} <= changed["KV cache"]
+    assert sweeps["KV cache"].baseline["kv_heads"] == [4, 2, 1]  # MHA, GQA, MQA in every run
+
+
+def test_c21_sweep_run_judges_each_dtype_with_the_chapters_verdict():
+    base = claims.c21_sweep_run(seeds=[0], low_precision="float16", scale=3.0, n=4)
+    assert base.verdict == claims.c21_verdict(
+        claims.fill_report(torch.float32), claims.fill_report(torch.float16),
+        claims.mask_test_table(4),
+    ) == "partly"  # fmt: skip
+    assert base.numbers["float16 -1e9"] == "raises RuntimeError"
+    bf16 = claims.c21_sweep_run(seeds=[0, 1], low_precision="bfloat16", scale=3.0, n=4)
+    assert bf16.numbers["bfloat16 -1e9"] == "masked keys get 0 / uniform over masked keys"
+    with pytest.raises(ValueError, match="low_precision"):
+        claims.c21_sweep_run(seeds=[0], low_precision="float8", scale=3.0, n=4)
+
+
+def test_c23_sweep_run_on_small_heads():
+    out = claims.c23_sweep_run(d_ks=[1, 4], scales=[1.0, 100.0], d_k=4)
+    assert out.verdict == "reproduced"
+    assert (
+        "d_k 4: 127.97 / 128.00"
+        in out.numbers["overflow scale, scale after (predicted / measured)"]
+    )
+    assert out.numbers["package finite at every scale"] is True
+
+
+def test_c24_sweep_run_at_small_sizes():
+    out = claims.c24_sweep_run(ns=[16, 32, 64], layers=2)
+    assert out.verdict in VERDICTS and out.numbers["setting"] == "2 layers, n [16, 32, 64]"
+    assert float(out.numbers["max diff"]) <= claims.C24_ATOL
+
+
+def test_kv_cache_sweep_run_at_a_tiny_budget():
+    out = claims.kv_cache_sweep_run(kv_heads=[4, 1], length=40, prompt=8, batch_size=2, steps=2)
+    assert out.numbers["same tokens"] is True
+    # A cache of 4 key/value heads is 4x that of 1; 32 tokens after 8 cut the FLOPs well past 2x.
+    assert out.numbers["cache bytes"] == "H_kv 4 30720, H_kv 1 7680"
+    assert out.verdict == "reproduced"

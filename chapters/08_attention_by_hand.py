@@ -1190,18 +1190,17 @@ print(sweep_summary("C28 tests", keys=["bugs", "shape catches", "vs nn.Multihead
 
 # %% [markdown]
 # **Verdict on the article's test recipe: partly reproduced**, in every setting tried. The
-# three tests it calls
-# essential catch a forgotten mask, a detached weight, a wrong output width — but *none* of
-# the layout bugs C28 warns about. The one that does is mentioned in passing: the comparison
-# with `nn.MultiheadAttention` *given the same weights* (the article says "keep the
-# initialisation consistent"; the reliable way is to copy the weights, as in section 8.3).
-# Without a reference — a new attention variant — the three property tests do the job
-# together for the head layouts, but not for the `batch_first=False` bug: it keeps heads
-# apart, positions in order and is equivariant, so only the comparison (or the batch
-# independence test of section 8.3) catches it. One more trap: the round-trip test often written for the two helpers,
-# `merge(split(x)) == x`, is blind to *symmetric* mistakes (and to the missing `.contiguous()`,
-# since the split's output is itself a transposed view the wrong merge can `view` back; only
-# the attention's freshly computed output trips it):
+# three tests it calls essential catch a forgotten mask, a detached weight, a wrong output
+# width — but *none* of the layout bugs C28 warns about. The one that does is mentioned in
+# passing: the comparison with `nn.MultiheadAttention` *given the same weights* (the article
+# says "keep the initialisation consistent"; the reliable way is to copy the weights, as in
+# section 8.3). Without a reference — a new attention variant — the three property tests do
+# the job together for the head layouts, but not for the `batch_first=False` bug: it keeps
+# heads apart, positions in order and is equivariant, so only the comparison (or the batch
+# independence test of section 8.3) catches it. One more trap: the round-trip test often
+# written for the two helpers, `merge(split(x)) == x`, is blind to *symmetric* mistakes (and
+# to the missing `.contiguous()`, since the split's output is itself a transposed view the
+# wrong merge can `view` back; only the attention's freshly computed output trips it):
 
 # %%
 probe = torch.randn(B, L, D, generator=torch.Generator().manual_seed(9))  # (B, L, D)

@@ -889,9 +889,10 @@ assert_stated("C29 repairs, 4 layers", swept("C29 repairs")["4 layers"], stated=
 # a different projection of it. The sweep (printed under the verdicts, checked against this
 # paragraph) splits the repairs. **The norm-based score** gains nothing in any setting tried.
 # **Rollout** gains more than `GAIN` on seeds 3–5 at two layers (so at two layers its gain is
-# a matter of seeds), and with **four layers** it gains on both sets of seeds (partly): the
-# more layers mix the rows, the more following that mixing pays, as the article says. The
-# repairs were measured on BERT-sized models; four layers is as far as this scale goes.
+# a matter of seeds), and with **four layers** it gains on both sets of seeds (partly) —
+# consistent with the article's reason: the more layers mix the rows, the more it pays to
+# follow the mixing. The repairs were measured on BERT-sized models; four layers is as far
+# as this scale goes.
 
 # %% [markdown]
 # ## 9.3 C30: Pre-LN and Post-LN
@@ -1320,16 +1321,16 @@ assert_stated("C30, lr 0.003 and 0.03", swept("C30")["lr 0.003, 0.03"], stated="
 # against this paragraph) splits the claim in two. **"Pre-LN is more stable"** survives
 # wherever anything fails: Pre-LN fails no run in any setting swept, 6 to 24 layers.
 # **"Warm-up rescues Post-LN"** holds only at 12 layers, learning rates 0.001 and 0.01 and
-# torch's default initialisation (with other seeds, and with a 3× budget). Anywhere else it
-# fails: at 24 layers Post-LN fails as often with 40 steps of warm-up as without (partly); at
-# learning rates 0.003 and 0.03 it fails at the larger rate with warm-up as often as without
-# (partly); with Xavier-uniform initialisation it fails in most runs either way, Pre-LN in
-# none (partly); at 6 layers nothing fails, so there is nothing to rescue (not reproduced).
-# A 40-step warm-up is one fixed remedy; a deeper stack or a larger rate would need a longer
-# one or a smaller rate, which the sweep does not try. With a
-# 3× budget (450 steps) the task is solved — the best final losses of Pre-LN and warmed-up
-# Post-LN are near zero — while Post-LN without warm-up still fails in two of six runs:
-# those failures are the stack's, not the budget's.
+# torch's default initialisation (with other seeds, and with a 3× budget), and nowhere else
+# that was tried: at 24 layers Post-LN fails as often with 40 steps of warm-up as without
+# (partly); at learning rates 0.003 and 0.03 it fails at the larger rate with warm-up as
+# often as without (partly); with Xavier-uniform initialisation it fails in most runs either
+# way, Pre-LN in none (partly); at 6 layers nothing fails, so there is nothing to rescue
+# (not reproduced). A 40-step warm-up is one fixed remedy; whether a deeper stack or a
+# larger rate is rescued by a longer one the sweep does not try. With a 3× budget
+# (450 steps) the task is solved — the best final losses of Pre-LN and warmed-up Post-LN are
+# near zero — while Post-LN without warm-up still fails in two of six runs: those failures
+# are the stack's, not the budget's.
 #
 # **When does Post-LN do better?** Takase et al. (2023) and others report that when Post-LN
 # *does* train it often ends up better than Pre-LN — in shallow models, after long training

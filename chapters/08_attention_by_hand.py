@@ -648,7 +648,21 @@ record_claim(
 # %% [markdown]
 # So the bug survives: a model debugged with one head changes behaviour when scaled up, when
 # nobody is looking. Whether a single-head check
-# catches the remaining two is the subject of section 8.5.
+# catches the remaining two is the subject of section 8.5. Does the split depend on these
+# weights, three heads or this width? The sceptic's sweep (`make sceptic CH=08`) re-ran the
+# comparison with the weights and inputs of seeds 1–3, with two heads, with eight heads of
+# width 8 in a 64-wide module, and with section 8.3's `batch_first=False` bug added to the set:
+
+# %% tags=["nbval-check-output"]
+print(sweep_summary("C28 one head", keys=["invisible with 1 head", "differ with 2 heads",
+                                          "differ with 3 heads", "differ with 8 heads",
+                                          "visible with 1 head"]))  # fmt: skip
+
+# %% [markdown]
+# **Partly, in every setting tried**: the same five layouts hide with one head and all differ
+# with more, whatever the weights, the width or the number of heads; *transpose first* and *no
+# transpose* never hide. The `batch_first=False` bug does not hide either: it mixes sequences,
+# not heads, and one head does not undo that.
 #
 # ### Does it ruin training?
 #
@@ -1166,16 +1180,27 @@ record_claim(
 )
 
 # %% [markdown]
-# **Verdict on the article's test recipe: partly reproduced.** The three tests it calls
-# essential catch a forgotten mask, a detached weight, a wrong output width — but *none* of
-# the layout bugs C28 warns about. The one that does is mentioned in passing: the comparison
-# with `nn.MultiheadAttention` *given the same weights* (the article says "keep the
-# initialisation consistent"; the reliable way is to copy the weights, as in section 8.3).
-# Without a reference — a new attention variant — the three property tests do the job
-# together. One more trap: the round-trip test often written for the two helpers,
-# `merge(split(x)) == x`, is blind to *symmetric* mistakes (and to the missing `.contiguous()`,
-# since the split's output is itself a transposed view the wrong merge can `view` back; only
-# the attention's freshly computed output trips it):
+# **Under a sceptic's changes.** The same table with the weights of seeds 1–3, with two heads,
+# with eight heads in a 64-wide module, and with section 8.3's `batch_first=False` bug added
+# to the set (counts over every wrong layout, the loud *no contiguous* among them):
+
+# %% tags=["nbval-check-output"]
+print(sweep_summary("C28 tests", keys=["bugs", "shape catches", "vs nn.MultiheadAttention catches",
+                                       "reference-free tests miss"]))  # fmt: skip
+
+# %% [markdown]
+# **Verdict on the article's test recipe: partly reproduced**, in every setting tried. The
+# three tests it calls essential catch a forgotten mask, a detached weight, a wrong output
+# width — but *none* of the layout bugs C28 warns about. The one that does is mentioned in
+# passing: the comparison with `nn.MultiheadAttention` *given the same weights* (the article
+# says "keep the initialisation consistent"; the reliable way is to copy the weights, as in
+# section 8.3). Without a reference — a new attention variant — the three property tests do
+# the job together for the head layouts, but not for the `batch_first=False` bug: it keeps
+# heads apart, positions in order and is equivariant, so only the comparison (or the batch
+# independence test of section 8.3) catches it. One more trap: the round-trip test often
+# written for the two helpers, `merge(split(x)) == x`, is blind to *symmetric* mistakes (and
+# to the missing `.contiguous()`, since the split's output is itself a transposed view the
+# wrong merge can `view` back; only the attention's freshly computed output trips it):
 
 # %%
 probe = torch.randn(B, L, D, generator=torch.Generator().manual_seed(9))  # (B, L, D)

@@ -29,6 +29,7 @@ from book.pages.ch08 import (
     SILENT_WRONG,
     TEST_SHAPE,
     WRONG,
+    HandMultiHeadAttention,
     LayoutRun,
     causal_weights_test,
     future_test,
@@ -45,6 +46,7 @@ from book.progress import progress as progress_bar
 from book.sceptic import Outcome, Perturbation, Sweep
 
 REPRODUCED, PARTLY, NOT_REPRODUCED = VERDICTS
+Tensor = torch.Tensor
 
 # ------------------------------------------------------------------------------------------
 # Every test on every layout
@@ -88,14 +90,53 @@ def run_test(test: str | ModuleTest, module: nn.Module) -> str:
         return RAISED
 
 
+# The bug set beyond the head layouts (a sceptic's perturbation): the most common silent bug
+# with torch's module, section 8.3's nn.MultiheadAttention built with the default
+# batch_first=False and fed (B, L, D).
+BATCH_AS_SEQUENCE = "batch_first=False"
+BUGS = (*WRONG, BATCH_AS_SEQUENCE)
+
+
+class BatchAsSequence(HandMultiHeadAttention):
+    """``nn.MultiheadAttention(D, H)`` (``batch_first=False``, the default) fed ``x (B, L, D)``:
+    it reads ``x`` as ``(L', B', D)`` with ``L' = B``, so each position attends to the same
+    position of the other sequences of the batch. Written as the correct layout run on
+    ``x.transpose(0, 1)`` and transposed back (the tests check it equals torch's module with
+    the same weights); the weights returned are ``(L, H, B, B)``."""
+
+    def forward(
+        self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False,
+        need_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
+        result = super().forward(x.transpose(0, 1), mask=mask, causal=causal,
+                                 need_weights=need_weights)  # fmt: skip
+        if need_weights:
+            out, weights = result  # (L, B, D), (L, H, B, B)
+            return out.transpose(0, 1), weights  # (B, L, D)
+        return result.transpose(0, 1)  # (B, L, D)
+
+
+def make_buggy(bug: str, d_model: int = 12, num_heads: int = 2, *, seed: int = 0) -> nn.Module:
+    """:func:`make_attention` for a head layout, :class:`BatchAsSequence` for
+    :data:`BATCH_AS_SEQUENCE`; the same weights for the same ``seed``."""
+    if bug == BATCH_AS_SEQUENCE:
+        torch.manual_seed(seed)
+        return BatchAsSequence(d_model, num_heads)
+    return make_attention(bug, d_model, num_heads, seed=seed)
+
+
 def outcome_table(
-    layouts: Sequence[str] = tuple(LAYOUTS), *, d_model: int = 12, num_heads: int = 2
+    layouts: Sequence[str] = tuple(LAYOUTS),
+    *,
+    d_model: int = 12,
+    num_heads: int = 2,
+    seed: int = 0,
 ) -> dict[str, dict[str, str]]:
-    """``table[layout][test]``: the outcome of every test on a module with that layout (the
-    same weights for every layout)."""
+    """``table[layout][test]``: the outcome of every test on a module with that layout (or
+    :data:`BATCH_AS_SEQUENCE`); the same weights, from ``seed``, for every layout."""
     return {
         name: {
-            test: run_test(test, make_attention(name, d_model, num_heads, seed=0)) for test in TESTS
+            test: run_test(test, make_buggy(name, d_model, num_heads, seed=seed)) for test in TESTS
         }
         for name in layouts
     }
@@ -104,16 +145,15 @@ def outcome_table(
 def one_head_equal(
     layouts: Sequence[str] = WRONG, *, num_heads: int = 1, d_model: int = 12, seed: int = 0
 ) -> dict[str, bool]:
-    """``{layout: torch.equal(its output, the correct layout's)}`` with the same weights."""
+    """``{layout: torch.equal(its output, the correct layout's)}`` with the same weights and
+    inputs (both from ``seed``); ``layouts`` may name :data:`BATCH_AS_SEQUENCE`."""
     x = torch.randn(*TEST_SHAPE, d_model, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         want = make_attention(CORRECT, d_model, num_heads, seed=seed)(x)  # (B, L, D)
         equal = {}
         for name in layouts:
             try:
-                equal[name] = torch.equal(
-                    make_attention(name, d_model, num_heads, seed=seed)(x), want
-                )
+                equal[name] = torch.equal(make_buggy(name, d_model, num_heads, seed=seed)(x), want)
             except RuntimeError:
                 equal[name] = False
     return equal
@@ -347,6 +387,67 @@ def c28_layout_run(*, layout: str, seed: int, steps: int, num_heads: int = 2) ->
     return Outcome(verdict, numbers)
 
 
+def c28_one_head_sweep_run(
+    *, seeds: list[int], num_heads: int, d_model: int = 12, bugs: Sequence[str] = WRONG
+) -> Outcome:
+    """ "A head-layout bug is invisible with one head" (:func:`c28_one_head_verdict`) over
+    ``bugs``: for each of ``seeds`` (weights and inputs), each bug's output against the correct
+    module's with one head and with ``num_heads`` heads (:func:`one_head_equal`). A bug counts
+    as invisible with one head only if equal on every seed, and as visible with more heads only
+    if it differs on every seed."""
+    ones = [one_head_equal(bugs, num_heads=1, d_model=d_model, seed=s) for s in seeds]
+    more = [one_head_equal(bugs, num_heads=num_heads, d_model=d_model, seed=s) for s in seeds]
+    equal_one = {n: all(e[n] for e in ones) for n in bugs}
+    equal_more = {n: any(e[n] for e in more) for n in bugs}
+    invisible = [n for n in bugs if equal_one[n]]
+    numbers = {
+        "heads": num_heads,
+        "d_model": d_model,
+        "invisible with 1 head": f"{len(invisible)} of {len(bugs)}",
+        f"differ with {num_heads} heads": f"{sum(not v for v in equal_more.values())} of "
+        f"{len(bugs)}",
+        "visible with 1 head": ", ".join(n for n in bugs if not equal_one[n]) or "none",
+        "invisible": invisible,
+    }
+    return Outcome(c28_one_head_verdict(equal_one, equal_more), numbers)
+
+
+def c28_tests_sweep_run(
+    *, seeds: list[int], num_heads: int, d_model: int = 12, bugs: Sequence[str] = WRONG
+) -> Outcome:
+    """The article's test recipe (:func:`c28_tests_verdict`) on ``bugs``: every test on the
+    correct module and each bug with the weights of each of ``seeds``
+    (:func:`outcome_table`), judged per seed; the verdict is the worst over the seeds (a
+    recipe that verifies a module must do so whatever its weights). The numbers: per test,
+    how many bugs it catches on every seed."""
+    tables = [
+        outcome_table((CORRECT, *bugs), d_model=d_model, num_heads=num_heads, seed=s) for s in seeds
+    ]
+    verdicts = [c28_tests_verdict(t, bugs) for t in tables]
+    caught = {test: sum(all(t[n][test] != PASSED for t in tables) for n in bugs) for test in TESTS}
+    free = ("head independence", "permutation", "no future leak")
+    missed = [n for n in bugs if any(all(t[n][x] == PASSED for x in free) for t in tables)]
+    numbers = {"heads": num_heads, "d_model": d_model, "bugs": len(bugs)}
+    numbers |= {f"{test} catches": c for test, c in caught.items()}
+    numbers["reference-free tests miss"] = ", ".join(missed) or "none"
+    return Outcome(max(verdicts, key=VERDICTS.index), numbers)
+
+
+_HEADS_SEEDS = (
+    Perturbation("seeds 1–3", "the weights and inputs of seeds 1–3", {"seeds": [1, 2, 3]}),
+    Perturbation("2 heads", "two heads of width 6", {"num_heads": 2}),
+    Perturbation(
+        "d_model 64, 8 heads",
+        "a wider module, eight heads of width 8",
+        {"d_model": 64, "num_heads": 8},
+    ),  # fmt: skip
+    Perturbation(
+        "+ batch_first=False",
+        "the bug set with section 8.3's nn.MultiheadAttention fed (B, L, D)",
+        {"bugs": list(BUGS)},
+    ),
+)
+
 # The chapter shows seeds 0-2, 300 steps (chapter 3's budget, not tuned) and 2 heads.
 SCEPTIC_SWEEPS = (
     Sweep(
@@ -359,6 +460,26 @@ SCEPTIC_SWEEPS = (
             Perturbation(
                 "4 heads", "four heads of width 8 (the claim's own knob)", {"num_heads": 4}
             ),
+        ),
+    ),
+    # The chapter's table and one-head comparison: seed 0, 3 heads of width 4, every wrong layout.
+    Sweep(
+        "C28 one head",
+        run=c28_one_head_sweep_run,
+        baseline={"seeds": [0], "num_heads": 3, "d_model": 12, "bugs": list(WRONG)},
+        perturbations=_HEADS_SEEDS,
+    ),
+    Sweep(
+        "C28 tests",
+        run=c28_tests_sweep_run,
+        baseline={"seeds": [0], "num_heads": 3, "d_model": 12, "bugs": list(WRONG)},
+        perturbations=(
+            Perturbation(
+                "seeds 1–3",
+                "the weights of seeds 1–3 (each test keeps its own inputs)",
+                {"seeds": [1, 2, 3]},
+            ),  # fmt: skip
+            *_HEADS_SEEDS[1:],
         ),
     ),
 )

@@ -452,6 +452,71 @@ def c29_sweep_run(**kwargs) -> Outcome:
     return Outcome(verdict, knobs | {k: round(v, 3) for k, v in key.items()} | per_seed)
 
 
+def c29_repairs_sweep_run(
+    *, seeds: Sequence[int], steps: int, num_layers: int = 2, n_images: int = 200
+) -> Outcome:
+    """C29 repairs' verdict (:func:`c29_repairs_verdict`) as the chapter computes it: the digits
+    classifier (``num_layers`` layers, ``steps`` steps) trained per seed, then the mean Kendall
+    τ with leave-one-out over ``n_images`` test images of raw attention, the norm-based score
+    and rollout (gradient × input shown, not judged)."""
+    data = digits()
+    images = data.test_images[:n_images]
+    names = ("attention", "norm ‖α·f(x)‖", "rollout", "gradient × input")
+    tau: dict[str, list[float]] = {m: [] for m in names}
+    accuracy = []
+    for seed in seeds:
+        run = train_classifier(lambda: page.DigitsAttention(num_layers=num_layers),
+                               page.sampler(data.train_images, data.train_labels), seed=seed,
+                               test=(data.test_images, data.test_labels), threads=1,
+                               steps=steps, batch_size=32, lr=3e-3)  # fmt: skip
+        scores = page.importances(run.model, images)
+        for m in names:
+            tau[m].append(page.mean_rank_correlation(scores[m], scores["leave-one-out"]))
+        accuracy.append(run.accuracy)
+    repairs = {m: tau[m] for m in ("norm ‖α·f(x)‖", "rollout")}
+    verdict = c29_repairs_verdict(tau["attention"], repairs, gain=GAIN)
+    base = spread(tau["attention"]).mean
+    numbers: dict = {"layers": num_layers, "steps": steps}
+    numbers |= {f"tau {m}": round(spread(v).mean, 3) for m, v in tau.items()}
+    numbers |= {f"gain {m}": round(spread(v).mean - base, 3) for m, v in repairs.items()}
+    numbers["accuracy mean"] = round(spread(accuracy).mean, 3)
+    numbers |= {f"per seed {m}": [round(x, 3) for x in v] for m, v in tau.items()}
+    return Outcome(verdict, numbers)
+
+
+# The ends task does not depend on the motif's data size or budget: computed once per
+# (seeds, steps) in a sweep's process and reused by its settings.
+_ENDS_RUNS: dict[tuple, dict[str, list[float]]] = {}
+
+
+def _ends_runs(seeds: Sequence[int], steps: int) -> dict[str, list[float]]:
+    key = (tuple(seeds), steps)
+    if key not in _ENDS_RUNS:
+        _ENDS_RUNS[key] = {m: [page.mixer_accuracy("ends", m, seed=s, n_train=None, steps=steps)
+                               for s in seeds] for m in ("convolution", "attention")}  # fmt: skip
+    return _ENDS_RUNS[key]
+
+
+def priors_sweep_run(
+    *, seeds: Sequence[int], n_train: int | None, steps: int, ends_steps: int = 300
+) -> Outcome:
+    """§9 priors' verdict (:func:`priors_verdict`) as the chapter computes it, with the motif's
+    data size as the knob: both mixers trained on the motif task from ``n_train`` fixed
+    examples (``None``: fresh examples at every step) for ``steps`` steps, and on the ends task
+    (fresh data, ``ends_steps`` steps), per seed (:func:`book.pages.ch09.mixer_accuracy`)."""
+    runs = {("motif", m): [page.mixer_accuracy("motif", m, seed=s, n_train=n_train, steps=steps)
+                           for s in seeds] for m in ("convolution", "attention")}  # fmt: skip
+    runs |= {("ends", m): v for m, v in _ends_runs(seeds, ends_steps).items()}
+    verdict = priors_verdict(runs, gap=WIN_GAP)
+    numbers: dict = {"examples": "fresh" if n_train is None else n_train, "steps": steps}
+    numbers |= {f"{t} {m}": round(spread(v).mean, 3) for (t, m), v in runs.items()}
+    numbers |= {f"{t} {m} range": f"{min(v):.3f}-{max(v):.3f}" for (t, m), v in runs.items()
+                if t == "motif"}  # fmt: skip
+    numbers["locality wins"] = prior_wins(runs[("motif", "convolution")],
+                                          runs[("motif", "attention")], gap=WIN_GAP)  # fmt: skip
+    return Outcome(verdict, numbers)
+
+
 SCEPTIC_SWEEPS = (
     Sweep(
         "Q-softmax",
@@ -488,6 +553,7 @@ SCEPTIC_SWEEPS = (
         perturbations=(
             Perturbation("seeds 3–5", "three other seeds", {"seeds": [3, 4, 5]}),
             Perturbation("depth 6", "6 layers instead of 12 (the claim's knob)", {"depth": 6}),
+            Perturbation("depth 24", "24 layers instead of 12 (the claim's knob)", {"depth": 24}),
             Perturbation("450 steps", "a 3× longer training budget", {"steps": 450}),
             Perturbation(
                 "Xavier init",
@@ -499,6 +565,41 @@ SCEPTIC_SWEEPS = (
                 "learning rates 0.003 and 0.03 instead of 0.001 and 0.01",
                 {"lrs": [3e-3, 3e-2]},
             ),  # fmt: skip
+        ),
+    ),
+    Sweep(
+        "C29 repairs",
+        run=c29_repairs_sweep_run,
+        baseline={"seeds": [0, 1, 2], "steps": 150, "num_layers": 2},
+        perturbations=(
+            Perturbation("seeds 3–5", "three other seeds", {"seeds": [3, 4, 5]}),
+            Perturbation("450 steps", "a 3× longer training budget", {"steps": 450}),
+            Perturbation(
+                "4 layers", "four layers: more mixing for rollout to follow", {"num_layers": 4}
+            ),
+            Perturbation(
+                "4 layers, seeds 3–5",
+                "four layers, three other seeds",
+                {"num_layers": 4, "seeds": [3, 4, 5]},
+            ),
+        ),
+    ),
+    Sweep(
+        "§9 priors",
+        run=priors_sweep_run,
+        baseline={"seeds": [0, 1, 2], "n_train": 64, "steps": 200},
+        perturbations=(
+            Perturbation("256 examples", "a motif training set of 256", {"n_train": 256}),
+            Perturbation("1024 examples", "a motif training set of 1024", {"n_train": 1024}),
+            Perturbation(
+                "fresh data", "fresh motif examples at every step", {"n_train": None}
+            ),  # fmt: skip
+            Perturbation(
+                "fresh data, 600 steps",
+                "fresh motif examples at every step, a 3× longer budget",
+                {"n_train": None, "steps": 600},
+            ),
+            Perturbation("seeds 3–5", "three other seeds", {"seeds": [3, 4, 5]}),
         ),
     ),
 )

@@ -5,10 +5,19 @@ the case that gives each verdict it can return)."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from book.claims import ch08 as claims
 from book.claims.ch08 import FAILED, PASSED, RAISED
-from book.pages.ch08 import CORRECT, LAYOUTS, SILENT_WRONG, WRONG, LayoutRun, make_attention
+from book.pages.ch08 import (
+    CORRECT,
+    LAYOUTS,
+    SILENT_WRONG,
+    WRONG,
+    LayoutRun,
+    make_attention,
+    package_twin,
+)
 
 
 def test_run_test_reports_a_raising_module():
@@ -155,7 +164,7 @@ def test_the_chapters_test_table_gives_partly():
 
 
 def test_c28_sweep_declares_seeds_budget_and_heads():
-    (sweep,) = claims.SCEPTIC_SWEEPS
+    sweep = claims.SCEPTIC_SWEEPS[0]
     assert sweep.claim_id == "C28"
     assert sweep.baseline == {"seeds": [0, 1, 2], "steps": 300, "num_heads": 2}
     assert {k for p in sweep.perturbations for k in p.kwargs} == {"seeds", "steps", "num_heads"}
@@ -168,3 +177,47 @@ def test_c28_sweep_run_on_a_tiny_budget():
     outcome = claims.c28_sweep_run(seeds=[0], steps=2, num_heads=2)
     assert outcome.verdict == "not reproduced"
     assert set(outcome.numbers) == {CORRECT, *SILENT_WRONG, "ruined"}
+
+
+def test_batch_as_sequence_is_torchs_module_with_batch_first_false():
+    from torch import nn
+
+    module = claims.make_buggy(claims.BATCH_AS_SEQUENCE, 12, 3, seed=0)
+    reference = nn.MultiheadAttention(12, 3)  # batch_first=False, the default
+    reference.load_state_dict(package_twin(module).to_torch().state_dict())
+    x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(0))  # (B, L, D)
+    with torch.no_grad():
+        torch.testing.assert_close(module(x), reference(x, x, x, need_weights=False)[0])
+        assert not torch.allclose(module(x), make_attention(CORRECT, 12, 3, seed=0)(x))
+    # the same weights as every layout from the same seed
+    assert torch.equal(module.q_proj.weight, make_attention(CORRECT, 12, 3, seed=0).q_proj.weight)
+
+
+def test_sub_claim_sweeps_declare_seeds_heads_and_the_bug_set():
+    sweeps = {s.claim_id: s for s in claims.SCEPTIC_SWEEPS}
+    for claim_id in ("C28 one head", "C28 tests"):
+        sweep = sweeps[claim_id]
+        assert sweep.baseline == {"seeds": [0], "num_heads": 3, "d_model": 12, "bugs": list(WRONG)}
+        assert {k for p in sweep.perturbations for k in p.kwargs} == {
+            "seeds", "num_heads", "d_model", "bugs",
+        }  # fmt: skip
+
+
+def test_c28_one_head_sweep_run_judges_a_small_case():
+    out = claims.c28_one_head_sweep_run(seeds=[0, 1], num_heads=2, bugs=list(claims.BUGS))
+    assert out.verdict == "partly"  # transpose first, no transpose, batch_first differ with 1 head
+    assert out.numbers["invisible with 1 head"] == "5 of 8"
+    assert "batch_first=False" in out.numbers["visible with 1 head"]
+    # only the layouts that one head hides: every one fits the claim
+    only = claims.c28_one_head_sweep_run(seeds=[0], num_heads=2, bugs=["reshape both"])
+    assert only.verdict == "reproduced"
+
+
+def test_c28_tests_sweep_run_judges_a_small_case():
+    out = claims.c28_tests_sweep_run(seeds=[0], num_heads=2, bugs=list(claims.BUGS))
+    assert out.verdict == "partly"  # only the optional comparison catches every bug
+    assert out.numbers["vs nn.MultiheadAttention catches"] == 8
+    assert out.numbers["reference-free tests miss"] == "batch_first=False"
+    # the one loud bug: the article's tests catch it (it raises)
+    loud = claims.c28_tests_sweep_run(seeds=[0], num_heads=2, bugs=["no contiguous"])
+    assert loud.verdict == "reproduced"

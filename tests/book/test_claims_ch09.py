@@ -219,7 +219,7 @@ def test_the_chapters_stated_verdicts_are_checked_against_the_computed_ones():
     source = chapter.read_text("utf-8")
     assert source.count("record_claim(") == 5
     # one per recorded claim, and one per swept setting the prose names (stored sweep)
-    assert source.count("assert_stated(") == 5 + 7
+    assert source.count("assert_stated(") == 5 + 11
     assert source.count('assert_stated("Q-softmax, ') == 1
 
 
@@ -229,10 +229,20 @@ def test_the_chapters_stated_verdicts_are_checked_against_the_computed_ones():
 
 
 def test_sweeps_are_declared_for_the_trained_claims():
-    assert [s.claim_id for s in ch09.SCEPTIC_SWEEPS] == ["Q-softmax", "C29", "C30"]
+    assert [s.claim_id for s in ch09.SCEPTIC_SWEEPS] == [
+        "Q-softmax", "C29", "C30", "C29 repairs", "§9 priors",
+    ]  # fmt: skip
     for sweep in ch09.SCEPTIC_SWEEPS:
         names = [p.name for p in sweep.perturbations]
         assert "seeds 3–5" in names
+    sweeps = {s.claim_id: s for s in ch09.SCEPTIC_SWEEPS}
+    # C30: the issue's depth 24 next to depth 6
+    assert {p.kwargs.get("depth") for p in sweeps["C30"].perturbations} >= {6, 24}
+    # §9 priors: the data size is the knob, up to fresh data at every step
+    sizes = [
+        p.kwargs["n_train"] for p in sweeps["§9 priors"].perturbations if "n_train" in p.kwargs
+    ]
+    assert sweeps["§9 priors"].baseline["n_train"] == 64 and None in sizes and len(sizes) >= 3
 
 
 def test_softmax_sweep_run_judges_a_tiny_run():
@@ -256,3 +266,23 @@ def test_c30_sweep_run_judges_a_tiny_run():
     # three steps cannot leave ln 16: every run fails, so no layout is more stable
     assert out.numbers["Post-LN warm-up 0"] == out.numbers["Pre-LN warm-up 0"] == 1
     assert out.verdict == "not reproduced"
+
+
+def test_c29_repairs_sweep_run_judges_a_tiny_run():
+    out = ch09.c29_repairs_sweep_run(seeds=[0], steps=2, n_images=8)
+    assert out.verdict in VERDICTS
+    assert out.numbers["layers"] == 2 and out.numbers["steps"] == 2
+    gain = out.numbers["tau rollout"] - out.numbers["tau attention"]
+    assert abs(out.numbers["gain rollout"] - gain) < 2e-3
+    assert len(out.numbers["per seed attention"]) == 1
+
+
+def test_priors_sweep_run_judges_a_tiny_run():
+    out = ch09.priors_sweep_run(seeds=[0], n_train=None, steps=2, ends_steps=2)
+    assert out.verdict in VERDICTS
+    assert out.numbers["examples"] == "fresh" and out.numbers["steps"] == 2
+    assert {"motif convolution", "motif attention", "ends convolution", "ends attention"} <= set(
+        out.numbers
+    )
+    # two steps learn nothing: no prior wins by WIN_GAP, so neither part holds
+    assert out.verdict == "not reproduced" and out.numbers["locality wins"] is False

@@ -409,3 +409,21 @@ def test_long_kernels_are_chapter_5s_settings():
     assert LONG_LEN == 512 and (LONG_TRAINING["steps"], LONG_TRAINING["batch_size"]) == (200, 32)
     with pytest.raises(ValueError, match="kind"):
         long_kernel("sparse")
+
+
+@pytest.mark.parametrize("kind", ["window ±8", "block-sparse"])
+def test_a_masked_kind_computes_its_kernels_function(kind):
+    from book.pages.ch10 import MaskedAttnFn, long_kernel
+
+    kernel, masked = long_kernel(kind), long_kernel(kind, dense=True)
+    assert isinstance(masked, MaskedAttnFn) and type(masked.kernel) is type(kernel)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 48, 16, generator=g) for _ in range(3))  # (B, H, L, E)
+    torch.testing.assert_close(masked(q, k, v), kernel(q, k, v), rtol=1e-5, atol=1e-5)
+    keep = torch.ones(2, 1, 1, 48, dtype=torch.bool)  # what SequenceClassifier passes
+    torch.testing.assert_close(masked(q, k, v, mask=keep), masked(q, k, v))
+    keep[0, ..., -1] = False
+    with pytest.raises(ValueError, match="all-True"):
+        masked(q, k, v, mask=keep)
+    assert long_kernel("linear", dense=True) is not None
+    assert long_kernel("full", dense=True) is long_kernel("full")

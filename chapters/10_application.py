@@ -24,7 +24,8 @@
 #
 # The dataset is small on purpose: every configuration is trained with three seeds on two CPU
 # cores. Section 10.1 says what such a small scale can and cannot show; section 10.5 measures
-# how the costs grow with length, which no small model hides.
+# how the costs grow with length, which no small model hides, and weighs them against
+# accuracy on one long task.
 
 # %% [markdown]
 # **Learning goals.** After this chapter you can
@@ -71,15 +72,18 @@ from book.claims.ch10 import (
     encoder_cost,
     encoder_flops,
     guide_markdown,
+    long_task_costs,
     model_flops,
     s10_encoder_verdict,
     s10_fashion_verdict,
     s10_guide_verdict,
     s10_linear_verdict,
     s10_no_loss_verdict,
+    s10_own_data_verdict,
     s10_positions_verdict,
     s10_quadratic_verdict,
     s10_relative_verdict,
+    s10_tradeoff_verdict,
     train_grid,
     training_step_cost,
 )
@@ -88,6 +92,9 @@ from book.data import digits
 from book.diagrams.ch10 import capstone_pipeline, reach_in_the_image
 from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.training import moving_average, train_classifier
+from book.pages.ch05 import TRAIN_LEN, documents_of_length, topic_documents
+from book.pages.ch05 import accuracy as document_accuracy
+from book.pages.ch05 import classifier as document_classifier
 from book.plotting import plot_bar_spread, plot_lines, set_style
 from book.progress import progress
 from book.sceptic import sweep_summary
@@ -142,8 +149,8 @@ fig = capstone_pipeline()
 # measure costs exactly: FLOPs and bytes are counted, and their growth with length is a
 # formula independent of model size. It cannot show what happens after long training on
 # large data (a slow learner may catch up: every model here gets 200 steps), effects that
-# need long sequences (chapter 5's long-range tasks), or GPU wall-clock speed; our timings
-# are this shared CPU's.
+# need long sequences (chapter 5's long-range tasks, one of which section 10.5 borrows), or
+# GPU wall-clock speed; our timings are this shared CPU's.
 
 # %% [markdown]
 # ## 10.2 The encoder, from the package's parts
@@ -702,10 +709,9 @@ for claim in ("§10 window", "§10 block-sparse", "§10 linear"):
 #
 # **What this section cannot show.** The article's point about efficient attention is a
 # trade of accuracy against cost *on long inputs*. At 16 tokens there is no trade: every kind
-# is as accurate as full attention, and (section 10.5) none is cheaper. Section 10.5 measures
-# cost alone, on random inputs up to 2048 tokens; both sides on long inputs (C19 cost, C19
-# window) are chapter 5's measurements, which the decision guide (section 10.7) quotes next
-# to these.
+# is as accurate as full attention, and (section 10.5) none is cheaper. Section 10.5 first
+# measures how each kind's cost grows with length, then weighs both sides on one long task
+# whose answer depends on a far token (§10 trade-off).
 
 # %% [markdown]
 # ## 10.5 What each choice costs
@@ -915,12 +921,157 @@ record_claim(
 )
 
 # %% [markdown]
-# **Verdict on §10 O(n²): reproduced.** At 16 tokens the $n^2$ products are a ninth of the
-# work and full attention is the lightest kind in memory. The break-even is a formula to
-# apply to your own model before training: $n^* = 2\,d_{model} + d_{ff}$ — in the thousands
-# for a BERT-sized model. Below it, use full attention (through a fused kernel); above it,
-# the quadratic term dominates the compute and the kinds of section 10.4 earn their place,
-# if the task allows what they give up.
+# The claim's knob is the length: the sweep judges it at task lengths of 16, 64 and 256
+# tokens, and on long inputs of 2,048 and 4,096 (memory in KiB per training step, MiB on the
+# long input):
+
+# %% tags=["nbval-check-output"]
+print(sweep_summary("§10 O(n²)", keys=["n² share", "step KiB full", "step KiB window ±4",
+                                        "long MiB full, fused", "long MiB window ±4"]))
+
+# %% [markdown]
+# **Verdict on §10 O(n²): reproduced at the task's 16 tokens and at 64, partly at 256.**
+# At 16 tokens the $n^2$ products are a ninth of the work, and full attention is the lightest
+# kind in memory at every length tried, in the training step and on inputs up to 4,096
+# tokens. At 256 tokens, past $n^*$, the compute half of the claim fails, as the formula
+# says it must. The break-even is a formula to apply to your own model before training:
+# $n^* = 2\,d_{model} + d_{ff}$ — in the thousands for a BERT-sized model. Below it, use
+# full attention (through a fused kernel); above it, the quadratic term dominates the
+# compute and the kinds of section 10.4 earn their place, if the task allows what they give
+# up — which the next experiment weighs.
+
+# %% [markdown]
+# ### One task, both sides: 512 tokens, and the answer far away
+#
+# So far accuracy was measured at 16 tokens and cost on random inputs. The trade the article
+# describes needs both on one task, at a length where the saving is real: chapter 5's
+# documents (from its exported page), whose label combines a topic token somewhere in the
+# first quarter with the conclusion at the last position, read out at that last token. We
+# train chapter 5's model (one pre-LN layer, width 32, 2 heads, no positions) by chapter 5's
+# recipe on its 128-token documents, then read documents of $L = 512$, four times this
+# model's $n^* = 128$, where the $n^2$ products are four fifths of the compute; the model has
+# no positions, so nothing in it is tied to the training length. The kinds are chapter 5's:
+# a window of ±8 keys, BigBird with blocks of 8, elu+1 linear attention. Accuracy, forward
+# FLOPs per document and the peak bytes of reading a batch of 16 are measured on the same
+# models at the same length, each through its own kernel (training computes the window and
+# BigBird as full attention with their mask, the same function, faster at 128 tokens). Each
+# kind is trained once here (seed 0); the sweep adds seeds, a longer budget and other
+# reading lengths.
+
+# %%
+#| export
+from book.pages.ch05 import BATCH, LR, STEPS
+
+LONG_LEN = 512  # reading length: 4 × n* = 2·32 + 64 of chapter 5's model; n² is 4/5 there
+LONG_KINDS = ("full", "window ±8", "block-sparse", "linear")
+# chapter 5's recipe, on its 128-token documents
+LONG_TRAINING = {"steps": STEPS, "batch_size": BATCH, "lr": LR, "clip": 1.0, "threads": 1}
+
+
+class MaskedAttnFn:
+    """A sparse kind computed as torch's fused full attention with the kind's own mask
+    (``kernel.allowed(L)``, ``True`` = may attend): the same function as ``kernel``, faster on
+    short inputs — what ``PatchClassifier(dense=True)`` does for the digits."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel = kernel
+        self._masks: dict[int, torch.Tensor] = {}
+
+    def __call__(self, query, key, value, mask=None, *, causal=False, scale=None):
+        n = query.shape[-2]  # query (B, H, L, E)
+        if n not in self._masks:
+            self._masks[n] = self.kernel.allowed(n)  # (L, L) bool
+        if mask is not None and (mask.dtype != torch.bool or not bool(mask.all())):
+            raise ValueError("MaskedAttnFn takes no mask but an all-True one (no padding)")
+        return torch_sdpa(query, key, value, self._masks[n], causal=causal, scale=scale)
+
+
+def long_kernel(kind: str, *, written_out: bool = False, dense: bool = False):
+    """The ``attn_fn`` of chapter 5's document classifier for ``kind`` (one of
+    :data:`LONG_KINDS`, chapter 5's settings): torch's fused kernel — or, with
+    ``written_out``, the package's reference (``None``), which forms the ``n × n`` weights so
+    that a FLOP counter sees the products the fused kernel computes inside one call — a window
+    of ±8 keys, BigBird blocks of 8 (a neighbour block each side, the first block global, one
+    random), or elu+1 linear attention. ``dense``: the window and BigBird as
+    :class:`MaskedAttnFn` (for training) instead of their kernels."""
+    check_choice("kind", kind, LONG_KINDS)
+    if kind == "full":
+        return None if written_out else torch_sdpa
+    if kind == "linear":
+        return LinearAttnFn()
+    if kind == "window ±8":
+        kernel = SlidingWindowAttnFn(8, 8)
+    else:
+        kernel = BigBirdAttnFn(8, n_window=1, n_global=1, n_random=1)
+    return MaskedAttnFn(kernel) if dense else kernel
+
+
+# %% [markdown]
+# **Claim (§10 trade-off).** *On long inputs the efficient kinds buy their savings with
+# accuracy when a far token decides.* Rules, fixed now: full attention must solve the task
+# (mean accuracy at least 0.85, the chapter's bar for a working classifier), and each
+# efficient kind must both count fewer FLOPs than full attention at the reading length and
+# lose at least `CLEAR_GAP = 0.05` of accuracy to it: all three → reproduced, some → partly.
+
+# %%
+long_test = topic_documents(256, LONG_LEN, generator=torch.Generator().manual_seed(10))
+long_acc = {}
+for kind in progress(LONG_KINDS, desc="documents", leave=False):
+    trained = train_classifier(partial(document_classifier, long_kernel(kind, dense=True)),
+                               documents_of_length(TRAIN_LEN), seed=0, desc=kind,
+                               **LONG_TRAINING).model  # fmt: skip
+    reader = document_classifier(long_kernel(kind)).eval()  # the same weights, the kernel
+    reader.load_state_dict(trained.state_dict())
+    with torch.no_grad():  # the mask computed the kernel's function
+        torch.testing.assert_close(reader(long_test.tokens[:4]), trained(long_test.tokens[:4]),
+                                   rtol=1e-4, atol=1e-4)  # fmt: skip
+    long_acc[kind] = [document_accuracy(reader, long_test)]
+long_costs = long_task_costs(LONG_LEN)  # {kind: (forward FLOPs per document, peak bytes)}
+
+# %% tags=["nbval-check-output"] tolerance="trained"
+print(f"read at {LONG_LEN} tokens {'accuracy':>10s} {'MFLOP/doc':>10s} {'peak MiB, 16 docs':>18s}")
+for kind in LONG_KINDS:
+    flops, peak = long_costs[kind]
+    print(f"{kind:20s} {long_acc[kind][0]:10.3f} {flops / 1e6:10.1f} {peak / 2**20:18.2f}")
+tradeoff_verdict = s10_tradeoff_verdict(long_acc, {k: f for k, (f, _) in long_costs.items()})
+print(f"verdict: {tradeoff_verdict}")
+
+# %%
+record_claim(
+    "§10 trade-off",
+    claim="On long inputs the efficient kinds buy their savings with accuracy when a far token "
+    "decides",
+    experiment=f"chapter 5's documents (topic in the first quarter, read at the last token) "
+    f"and 1-layer model, trained by its recipe at {TRAIN_LEN} tokens (seed 0), read at "
+    f"{LONG_LEN}; full / window ±8 / BigBird blocks of 8 / elu+1 linear; forward FLOPs per "
+    "document (reference attention for full) and peak bytes of reading 16 documents",
+    verdict=tradeoff_verdict,
+    measured="; ".join(f"{k} {long_acc[k][0]:.2f}, {long_costs[k][0] / 1e6:.1f} MFLOP, "
+                       f"{long_costs[k][1] / 2**20:.1f} MiB" for k in LONG_KINDS),  # fmt: skip
+)
+
+# %% [markdown]
+# The sweep: seeds 1–3, three times the budget, and the claim's knob, the reading length
+# (256 and 1,024 tokens); accuracy mean (min–max) and forward MFLOP per document:
+
+# %% tags=["nbval-check-output"]
+print(sweep_summary("§10 trade-off", keys=["read at", "full", "window ±8", "block-sparse",
+                                            "linear", "MFLOP full", "MFLOP linear"]))  # fmt: skip
+
+# %% [markdown]
+# **Verdict on §10 trade-off: partly on seed 0; reproduced on seeds 1–3, with three times
+# the budget and at 1,024 tokens; partly at 256.** What survives every change is the window
+# and BigBird: a quarter of full attention's FLOPs at 512 tokens, and chance accuracy, because
+# the topic lies outside what the last token may see (the window's ±8 keys, BigBird's
+# neighbours, its random block and the global first 8 positions: chapter 5, C19 window).
+# Linear attention reaches every key for even fewer FLOPs, and on seed 0 it learned the
+# lookup as well as full attention — the one kind that saved compute at no cost, which is why
+# the verdict is partly. It is not reliable: 0.750–1.000 on seeds 1–3, 0.852 with three times
+# the budget, and seed 0's model falls to 0.551 read at 1,024 tokens, where full attention
+# stays at 1.000. None of the efficient kinds saves *memory* here (the fused kernel reads 16
+# documents with the fewest bytes, as in the length sweep above): the trade is compute
+# against reach, and on a task where a far token decides, the window and block-sparse kinds
+# pay for it with the whole task, linear attention with its reliability.
 
 # %% [markdown]
 # ## 10.6 Do you need attention at all?
@@ -1006,25 +1157,43 @@ print(sweep_summary("§10 fashion"))  # the best of the four attention kinds vs 
 # attention, trained the same way.
 
 # %% [markdown]
-# A last look at the trade-off: every configuration by accuracy (mean, min–max over seeds)
-# against the exact memory of a training step. Position schemes that only add a vector to the
-# tokens need the same bytes, so their markers are set side by side around that value.
+# A last look at the trade-off on the digits: every encoder by accuracy (mean, min–max over
+# seeds) against the exact memory of a training step, each point labelled where it is drawn;
+# the MLP, at a sliver of those bytes, is the line across the top. Schemes that only add a
+# vector to the tokens need the same bytes, so their points stand side by side.
 
 # %%
+kib = {k: c.peak_bytes / 1024 for k, c in step_costs.items()}
+groups = {  # one colour and marker per group
+    "position schemes (full attention)": ("C0", "o", tuple(positional_builders)),
+    "attention kinds (learned positions)": ("C1", "s", tuple(attention_builders)),
+}
+offsets = {"window ±4": (0, -12, "center"), "linear": (7, 0, "left"), "RoPE": (7, 0, "left"),
+           "ALiBi": (7, 0, "left"), "block-sparse": (7, 0, "left")}  # fmt: skip
 fig, ax = plt.subplots(figsize=(9.5, 4.8))
-points = {k: step_costs[k].peak_bytes / 1024 for k in all_acc} | {"MLP": mlp_cost.peak_bytes / 1024}
-for n, (label, kib) in enumerate(points.items()):
-    s = spread(baseline_acc["MLP"] if label == "MLP" else all_acc[label])
-    same = [k for k, v in points.items() if v == kib]  # configurations with these exact bytes
-    dodge = 1.06 ** (same.index(label) - (len(same) - 1) / 2)  # side by side on the log axis
-    ax.errorbar(kib * dodge, s.mean, yerr=[[s.mean - s.min], [s.max - s.mean]],
-                fmt="osD^v<>ph*"[n % 10], capsize=3, label=label)  # fmt: skip
+for group, (colour, marker, labels) in groups.items():
+    for i, label in enumerate(labels):
+        s = spread(all_acc[label])
+        same = [k for k in labels if kib[k] == kib[label]]  # equal bytes: side by side
+        x = kib[label] * 1.025 ** (same.index(label) - (len(same) - 1) / 2)
+        ax.errorbar(x, s.mean, yerr=[[s.mean - s.min], [s.max - s.mean]], fmt=marker,
+                    color=colour, capsize=3, label=group if i == 0 else None)  # fmt: skip
+        dx, dy, ha = offsets.get(label, (-7, 0, "right"))
+        ax.annotate(label, (x, s.mean), xytext=(dx, dy), textcoords="offset points", ha=ha,
+                    va="center", fontsize=8, color=colour)  # fmt: skip
+mlp_acc = spread(baseline_acc["MLP"])
+ax.axhline(mlp_acc.mean, color="C2", lw=1.5,
+           label=f"no attention: MLP ({mlp_cost.peak_bytes / 1024:.0f} KiB, mean of 3 seeds)")
+ax.axhline(0.1, color="0.4", ls="--", lw=1, label="chance")
 ax.set_xscale("log")
-ax.set_xlabel("peak memory of a training step, batch 32 (KiB, log scale; equal bytes side by side)")
+ax.set_xlim(0.75 * min(kib.values()), 1.3 * max(kib.values()))
+ax.set_xticks([1500, 2000, 3000], ["1,500", "2,000", "3,000"])
+ax.set_xticks([], minor=True)
+ax.set_ylim(0, 1.02)
+ax.set_xlabel("peak memory of a training step, batch 32 (KiB, log scale)")
 ax.set_ylabel("test accuracy (mean, min–max over 3 seeds)")
 ax.set_title("Accuracy against the exact memory of a training step")
-ax.axhline(0.1, color="0.4", ls="--", lw=1, label="chance")
-_ = ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+_ = ax.legend(loc="lower right", bbox_to_anchor=(1.0, 0.12), fontsize=8)
 
 # %% [markdown]
 # ## 10.7 Which attention for which task: a decision guide
@@ -1076,10 +1245,18 @@ record_claim(
 )
 
 # %% [markdown]
-# **Verdict on §10 guide: reproduced.** The same sliding window is as good as full attention
-# on one task and useless on another; only the task can tell. The guide is the book in short:
-# find your situation, open the chapter its evidence comes from, and run that chapter's test
-# on your own data before trusting the row.
+# The sweep changes this chapter's side (seeds 3–5, three times the budget, a window of ±1
+# patch); chapter 5's side is read from its record, and swept in chapter 5:
+
+# %% tags=["nbval-check-output"]
+print(sweep_summary("§10 guide", keys=["window ±4", "window ±1", "full", "loss"]))
+
+# %% [markdown]
+# **Verdict on §10 guide: reproduced, under every change of the sweep.** The same sliding
+# window is as good as full attention on one task and useless on another (in chapter 5, and
+# on this chapter's long documents, §10 trade-off); only the task can tell. The guide is
+# the book in short: find your situation, open the chapter its evidence comes from, and run
+# that chapter's test on your own data before trusting the row.
 
 # %% [markdown]
 # ## 10.8 Pointing the capstone at your own data
@@ -1125,25 +1302,57 @@ def cancer_records(*, test_fraction: float = 0.25, seed: int = 0):
     return (x[train], y[train]), (x[test], y[test])
 
 
+RECORD_SIZES = (2, (1, 10), 1, 3)  # num_classes, image_size (H, W), patch_size, channels
+
+
 # %% [markdown]
 # The same training as in section 10.2, with other tensors and sizes. Two references run
 # beside it: the encoder without positions (it sees the set of measurements but cannot tell
 # the radius from the texture) and logistic regression on the thirty numbers.
+#
+# **Claim (§10 own data).** *Pointed at another data set by its sizes alone, the capstone is
+# as good as a linear model there, and it uses its positions.* Rules, the chapter's own:
+# "as good as" is §10 fashion's (mean accuracy at most 0.02 below logistic regression's),
+# "uses its positions" is §10 linear's rule for a cost (without positions the mean loses
+# more than 0.02). Both → reproduced; one → partly.
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 record_train, record_test = cancer_records()
 print(f"records: train {tuple(record_train[0].shape)}, test {tuple(record_test[0].shape)}; "
       f"benign share of the test split {record_test[1].float().mean():.3f}")
-sizes = (2, (1, 10), 1, 3)  # num_classes, image_size (H, W), patch_size, channels
 record_builders = {
-    "encoder, learned positions": partial(PatchClassifier, *sizes),
-    "encoder, no positions": partial(PatchClassifier, *sizes, positional="none"),
+    "encoder, learned positions": partial(PatchClassifier, *RECORD_SIZES),
+    "encoder, no positions": partial(PatchClassifier, *RECORD_SIZES, positional="none"),
     "logistic regression": partial(pixel_baseline, "linear", 2, 30),
 }
 record_acc = accuracies(train_grid(record_builders, draw_batches(*record_train), record_test,
                                    SEEDS, progress=True, **TRAINING))  # fmt: skip
 for label, acc in record_acc.items():
     print(f"{label:27s} accuracy {spread(acc).format('.3f')}")
+
+# %%
+record_claim(
+    "§10 own data",
+    claim="Pointed at another data set by its sizes alone, the capstone is as good as a "
+    "linear model there, and it uses its positions",
+    experiment="breast-cancer records as 10 tokens of 3 channels (split seed 0, 142 test "
+    "records); encoder with learned / no positions and logistic regression, the chapter's "
+    "training, seeds 0–2",
+    verdict=s10_own_data_verdict(record_acc),
+    measured=", ".join(f"{k} {spread(v).format('.3f').split(' over')[0]}"
+                       for k, v in record_acc.items()),  # fmt: skip
+)
+
+# %% tags=["nbval-check-output"]
+print(sweep_summary("§10 own data"))
+
+# %% [markdown]
+# **Verdict on §10 own data: reproduced at the chapter's setting, partly under the sweep.**
+# The first half survives every change: the encoder stays within 0.016 of logistic
+# regression, and never above it. The second does not: the positions are worth 0.028 on
+# seeds 0–2 and 0.042 on another split, but 0.019 on seeds 3–5, and with three times the
+# budget the encoder without positions overtakes the one with them (0.960 against 0.944).
+# On these records the capstone works out of the box, but it only matches a linear model.
 
 # %% [markdown]
 # Everything else applies unchanged: swap the positions or the attention with the same
@@ -1171,6 +1380,9 @@ claims_table()
 # - Windowed, block-sparse and linear attention lost nothing on a local task — and cost more,
 #   not less, at 16 tokens. The quadratic part of attention is half the compute only from
 #   $n^* = 2\,d_{model} + d_{ff}$ tokens on; fused kernels keep full attention's memory linear.
+# - Past $n^*$ the efficient kinds save compute, not memory, and pay in reach: on 512-token
+#   documents whose answer lies far away, the window and BigBird fell to chance at a quarter
+#   of the FLOPs, and linear attention kept up on some seeds only.
 # - Measure a baseline without attention first: on 8 × 8 digits an MLP beat every encoder.
 # - Choose by the task, with the guide of section 10.7 as a start and a measurement on your
 #   own data as the decision; to point the capstone at your data, give `PatchClassifier` your

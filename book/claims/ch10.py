@@ -37,17 +37,26 @@ from attention.checks import check_positive_int
 from book.claims import VERDICTS
 from book.data import digits
 from book.experiments.training import ClassifierRun, train_classifier
+from book.pages.ch05 import TRAIN_LEN, documents_of_length, topic_documents
+from book.pages.ch05 import accuracy as document_accuracy
+from book.pages.ch05 import classifier as document_classifier
 from book.pages.ch10 import (
     D_FF,
     D_MODEL,
+    LONG_KINDS,
+    LONG_LEN,
+    LONG_TRAINING,
     NUM_HEADS,
     NUM_LAYERS,
+    RECORD_SIZES,
     TRAINING,
     WINDOW,
     EncoderFlops,
     PatchClassifier,
     attention_kernel,
+    cancer_records,
     draw_batches,
+    long_kernel,
     pixel_baseline,
 )
 from book.progress import progress as progress_bar
@@ -213,6 +222,52 @@ def encoder_flops(seq_len: int) -> EncoderFlops:
         encoder(x)
     by_op = {str(op): int(n) for op, n in counter.get_flop_counts()["Global"].items()}
     return EncoderFlops(seq_len, int(counter.get_total_flops()), by_op.get("aten.bmm", 0))
+
+
+def long_task_costs(seq_len: int, *, batch_size: int = 16) -> dict[str, tuple[int, int]]:
+    """``{kind: (forward FLOPs per document, peak bytes)}`` for chapter 5's document classifier
+    with each of :data:`book.pages.ch10.LONG_KINDS` reading ``seq_len`` tokens: FLOPs from
+    torch's counter on one document (full attention through the written-out reference, whose
+    ``n × n`` products the counter sees), and the exact peak bytes of a forward pass (no
+    gradients) on ``batch_size`` documents with the kernel that trains."""
+    seq_len = check_positive_int("seq_len", seq_len)
+    tokens, _ = documents_of_length(seq_len)(batch_size, torch.Generator().manual_seed(0))
+    out = {}
+    for kind in LONG_KINDS:
+        torch.manual_seed(0)
+        flops = model_flops(document_classifier(long_kernel(kind, written_out=True)), tokens[:1])
+        torch.manual_seed(0)
+        model = document_classifier(long_kernel(kind)).eval()
+
+        def read(model=model) -> None:
+            with torch.no_grad():
+                model(tokens)
+
+        out[kind] = (flops, int(peak_extra_bytes(read)))
+    return out
+
+
+def step_peaks_at(seq_len: int, *, batch_size: int = 32) -> dict[str, int]:
+    """Peak bytes of a training step (batch ``batch_size``) of the chapter's classifier with
+    full attention and with the three efficient kernels, on images of the digits' layout
+    stretched to ``seq_len`` patches: a grid of ``seq_len / 4`` rows of 4 patches (at 16, the
+    8 × 8 digits; bytes do not depend on the pixel values, so the images are random)."""
+    seq_len = check_positive_int("seq_len", seq_len)
+    if seq_len % 4:
+        raise ValueError(f"seq_len must be a multiple of 4 (rows of 4 patches), got {seq_len}")
+    size = (seq_len // 4 * 2, 8)
+    generator = torch.Generator().manual_seed(0)
+    images = torch.rand(batch_size, 1, *size, generator=generator)  # (B, 1, H, 8)
+    labels = torch.randint(10, (batch_size,), generator=generator)  # (B,)
+    kinds = {"full": {}, "window ±4": {"attention": "window", "dense": False},
+             "linear": {"attention": "linear"},
+             "block-sparse": {"attention": "block-sparse", "dense": False}}  # fmt: skip
+    peaks = {}
+    for label, config in kinds.items():
+        torch.manual_seed(0)
+        model = PatchClassifier(image_size=size, **config)
+        peaks[label] = training_step_cost(model, images, labels, timed=False).peak_bytes
+    return peaks
 
 
 def model_flops(model: nn.Module, images: Tensor) -> int:
@@ -404,6 +459,50 @@ def s10_fashion_verdict(
     return _of_parts([as_good, cheaper])
 
 
+def s10_tradeoff_verdict(
+    accuracy: Mapping[str, Sequence[float]],
+    flops: Mapping[str, int],
+    *,
+    full: str = "full",
+    working: float = WORKING_ACCURACY,
+    margin: float = CLEAR_GAP,
+) -> str:
+    """§10 trade-off, "on long inputs the efficient kinds buy their savings with accuracy when
+    a far token decides". Full attention must solve the task (mean at least ``working``), else
+    there is nothing to trade against: not reproduced. Then one part per other kind: it counts
+    fewer ``flops`` than ``full`` *and* its mean accuracy is at least ``margin`` below. Every
+    kind → reproduced; some → partly (a kind that saves compute at no cost in accuracy, or
+    saves nothing); none → not reproduced."""
+    means = _means(accuracy, full)
+    missing = [k for k in accuracy if k not in flops]
+    if missing:
+        raise KeyError(f"flops has no {missing}: {list(flops)}")
+    kinds = [k for k in accuracy if k != full]
+    if not kinds:
+        raise ValueError(f"accuracy holds no kind besides {full!r}")
+    if means[full] < working:
+        return NOT_REPRODUCED
+    return _of_parts([flops[k] < flops[full] and means[full] - means[k] >= margin for k in kinds])
+
+
+def s10_own_data_verdict(
+    accuracy: Mapping[str, Sequence[float]],
+    *,
+    encoder: str = "encoder, learned positions",
+    baseline: str = "logistic regression",
+    no_positions: str = "encoder, no positions",
+    tolerance: float = TOLERANCE,
+) -> str:
+    """§10 own data, two parts with the chapter's rules: the encoder is as good as the linear
+    ``baseline`` (its mean at most ``tolerance`` below, §10 fashion's rule), and its positions
+    matter (without them the mean loses more than ``tolerance``, §10 linear's rule for "costs
+    some accuracy"). Both → reproduced; one → partly; neither → not reproduced."""
+    means = _means(accuracy, encoder, baseline, no_positions)
+    as_good = means[encoder] >= means[baseline] - tolerance
+    positions = means[encoder] - means[no_positions] > tolerance
+    return _of_parts([as_good, positions])
+
+
 # ------------------------------------------------------------------------------------------
 # The decision guide
 # ------------------------------------------------------------------------------------------
@@ -444,7 +543,7 @@ GUIDE: tuple[GuideRow, ...] = (
         "Small inputs of fixed size and layout (a few dozen tokens, like 8 × 8 digits)",
         "Try a model without attention first (a linear model or an MLP); if you use attention, "
         "full attention with learned absolute positions",
-        ("§10 fashion", "§10 positions"),
+        ("§10 fashion", "§10 positions", "§10 own data"),
     ),
     GuideRow(
         "Any sequence shorter than about 2·d_model + d_ff tokens",
@@ -463,7 +562,7 @@ GUIDE: tuple[GuideRow, ...] = (
         "at the end)",
         "Never a bare window, not even a stack of them: full attention, or make the token that "
         "reads the answer global (a global token elsewhere did not learn to relay in our budget)",
-        ("C19 window", "C19 window depth", "C19 global relay", "C17"),
+        ("§10 trade-off", "C19 window", "C19 window depth", "C19 global relay", "C17"),
     ),
     GuideRow(
         "Tasks that need many precise lookups (copying, retrieval, recall)",
@@ -844,6 +943,118 @@ def fashion_sweep_run(*, seeds: list[int], steps: int) -> Outcome:
     return Outcome(s10_fashion_verdict(judged, flops, encoder=best), numbers)
 
 
+def guide_sweep_run(*, seeds: list[int], steps: int, window: int) -> Outcome:
+    """§10 guide: the window (±``window`` patches) against full attention on the digits, on
+    ``seeds`` for ``steps`` steps, and chapter 5's recorded C19 window (read from its executed
+    notebook through the claims index; that side has its own sweep there), judged by
+    :func:`s10_guide_verdict`."""
+    from book.claims_index import recorded_claims
+
+    config = {"attention": "window"} | ({} if window == WINDOW else {"window": window})
+    name = f"window ±{window}"
+    accuracy, numbers = _attention_outcome(name, config, seeds, steps)
+    found = [c for c in recorded_claims() if c.claim_id == "C19 window"]
+    if not found:
+        raise LookupError("chapter 5's notebook records no C19 window")
+    elsewhere = Evidence("C19 window", 5, found[0].verdict, found[0].measured)
+    numbers["C19 window"] = elsewhere.measured
+    return Outcome(s10_guide_verdict(accuracy, elsewhere, kind=name), numbers)
+
+
+def quadratic_sweep_run(*, seq_len: int, long_len: int) -> Outcome:
+    """§10 O(n²) at a task length of ``seq_len`` tokens (the n² share of the encoder's FLOPs,
+    counted; the training step's peak bytes, :func:`step_peaks_at`) and on a long input of
+    ``long_len`` tokens (:func:`encoder_cost`, untimed), judged by
+    :func:`s10_quadratic_verdict`."""
+    flops = encoder_flops(seq_len)
+    step_peaks = step_peaks_at(seq_len)
+    long_peaks = {
+        label: encoder_cost(kind, long_len, timed=False).peak_bytes
+        for label, kind in (("full, fused", "full"), ("window ±4", "window"),
+                            ("linear", "linear"), ("block-sparse", "block-sparse"))
+    }  # fmt: skip
+    numbers = {"n² share": round(flops.share, 3)}
+    numbers |= {f"step KiB {k}": round(v / 1024) for k, v in step_peaks.items()}
+    numbers |= {f"long MiB {k}": round(v / 2**20, 2) for k, v in long_peaks.items()}
+    numbers |= {"seq_len": seq_len, "long_len": long_len}
+    return Outcome(s10_quadratic_verdict(flops, step_peaks, long_peaks), numbers)
+
+
+_LONG_MODELS: dict[tuple, nn.Module] = {}
+
+
+def long_task_accuracy(kind: str, seed: int, steps: int, seq_len: int) -> float:
+    """Accuracy on 256 fixed ``seq_len``-token documents (generator seed 10, as the chapter) of
+    chapter 5's classifier with attention ``kind``, trained as the chapter trains it
+    (``LONG_TRAINING``, chapter 5's recipe at 128 tokens, with ``steps`` steps, the window and
+    BigBird through their masks) from ``seed`` and read with the kind's kernel; the trained
+    model is remembered within a process, so reading other lengths is cheap."""
+    key = (kind, seed, steps)
+    if key not in _LONG_MODELS:
+        trained = train_classifier(
+            functools.partial(document_classifier, long_kernel(kind, dense=True)),
+            documents_of_length(TRAIN_LEN),
+            seed=seed,
+            **(LONG_TRAINING | {"steps": steps}),
+        ).model
+        reader = document_classifier(long_kernel(kind)).eval()  # the same weights, the kernel
+        reader.load_state_dict(trained.state_dict())
+        _LONG_MODELS[key] = reader
+    test = topic_documents(256, seq_len, generator=torch.Generator().manual_seed(10))
+    return float(document_accuracy(_LONG_MODELS[key], test))
+
+
+def tradeoff_sweep_run(*, seeds: list[int], steps: int, seq_len: int) -> Outcome:
+    """§10 trade-off: the four kinds of :data:`book.pages.ch10.LONG_KINDS` trained on ``seeds``
+    for ``steps`` steps at 128 tokens and read at ``seq_len``, judged by
+    :func:`s10_tradeoff_verdict` with the forward FLOPs of :func:`long_task_costs`; the
+    numbers: accuracy mean (min-max), MFLOP per document and peak MiB of reading 16 documents
+    per kind."""
+    pairs = [(kind, seed) for kind in LONG_KINDS for seed in seeds]
+    accuracy: dict[str, list[float]] = {kind: [] for kind in LONG_KINDS}
+    for kind, seed in progress_bar(pairs, desc="runs", leave=False):
+        accuracy[kind].append(long_task_accuracy(kind, seed, steps, seq_len))
+    costs = long_task_costs(seq_len)
+    numbers = _numbers(accuracy)
+    numbers |= {f"MFLOP {k}": round(f / 1e6, 2) for k, (f, _) in costs.items()}
+    numbers |= {f"MiB {k}": round(p / 2**20, 2) for k, (_, p) in costs.items()}
+    numbers["read at"] = seq_len
+    flops = {k: f for k, (f, _) in costs.items()}
+    return Outcome(s10_tradeoff_verdict(accuracy, flops), numbers)
+
+
+RECORD_CONFIGS = ("encoder, learned positions", "encoder, no positions", "logistic regression")
+
+
+def record_builders() -> dict[str, Callable[[], nn.Module]]:
+    """The three models of §10.8, built as the page builds them (``RECORD_SIZES``)."""
+    return {
+        "encoder, learned positions": functools.partial(PatchClassifier, *RECORD_SIZES),
+        "encoder, no positions": functools.partial(
+            PatchClassifier, *RECORD_SIZES, positional="none"
+        ),
+        "logistic regression": functools.partial(pixel_baseline, "linear", 2, 30),
+    }
+
+
+def records_sweep_run(*, seeds: list[int], steps: int, split_seed: int) -> Outcome:
+    """§10 own data: the three models of §10.8 on the breast-cancer records split with
+    ``split_seed``, trained on ``seeds`` for ``steps`` steps (``TRAINING`` otherwise), judged
+    by :func:`s10_own_data_verdict`; the numbers: each model's mean (min-max), the encoder's
+    margin over logistic regression and over itself without positions."""
+    train, test = cancer_records(seed=split_seed)
+    runs = train_grid(
+        record_builders(), draw_batches(*train), test, seeds, **(TRAINING | {"steps": steps})
+    )
+    accuracy = accuracies(runs)
+    numbers = _numbers(accuracy)
+    encoder = _mean(accuracy["encoder, learned positions"])
+    numbers["vs logistic"] = round(encoder - _mean(accuracy["logistic regression"]), 3)
+    numbers["vs no positions"] = round(encoder - _mean(accuracy["encoder, no positions"]), 3)
+    numbers["split_seed"] = split_seed
+    return Outcome(s10_own_data_verdict(accuracy), numbers)
+
+
 _SEEDS = Perturbation("seeds 3–5", "three other seeds", {"seeds": [3, 4, 5]})
 _BUDGET = Perturbation("600 steps", "a 3× longer training budget", {"steps": 600})
 _BASE = {"seeds": [0, 1, 2], "steps": 200}  # what the chapter shows: TRAINING, seeds 0-2
@@ -890,4 +1101,53 @@ SCEPTIC_SWEEPS = (
     ),
     Sweep("§10 linear", run=linear_sweep_run, baseline=_BASE, perturbations=(_SEEDS, _BUDGET)),
     Sweep("§10 fashion", run=fashion_sweep_run, baseline=_BASE, perturbations=(_SEEDS, _BUDGET)),
+    Sweep(
+        "§10 guide",
+        run=guide_sweep_run,
+        baseline=_BASE | {"window": WINDOW},
+        perturbations=(
+            _SEEDS,
+            _BUDGET,
+            Perturbation(
+                "window ±1",
+                "a window of ±1 patch on the digits: still as good as full attention there?",
+                {"window": 1},
+            ),
+        ),
+    ),
+    Sweep(
+        "§10 O(n²)",
+        run=quadratic_sweep_run,
+        baseline={"seq_len": 16, "long_len": 2048},
+        perturbations=(
+            Perturbation("task 64 tokens", "a task four times longer", {"seq_len": 64}),
+            Perturbation(
+                "task 256 tokens",
+                "a task past n* = 128, where n² is most of the compute",
+                {"seq_len": 256},
+            ),
+            Perturbation("long 4096", "memory on inputs twice as long", {"long_len": 4096}),
+        ),
+    ),
+    Sweep(
+        "§10 trade-off",
+        run=tradeoff_sweep_run,
+        baseline={"seeds": [0], "steps": LONG_TRAINING["steps"], "seq_len": LONG_LEN},
+        perturbations=(
+            Perturbation("seeds 1–3", "three other seeds", {"seeds": [1, 2, 3]}),
+            Perturbation("600 steps", "a 3× longer training budget", {"steps": 600}),
+            Perturbation("read at 256", "documents half as long", {"seq_len": 256}),
+            Perturbation("read at 1024", "documents twice as long", {"seq_len": 1024}),
+        ),
+    ),
+    Sweep(
+        "§10 own data",
+        run=records_sweep_run,
+        baseline=_BASE | {"split_seed": 0},
+        perturbations=(
+            _SEEDS,
+            _BUDGET,
+            Perturbation("split seed 1", "another train/test split", {"split_seed": 1}),
+        ),
+    ),
 )

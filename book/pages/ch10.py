@@ -2,9 +2,10 @@
 
 # %% auto #0
 __all__ = ['IMAGE_SIZE', 'PATCH_SIZE', 'CHANNELS', 'NUM_CLASSES', 'GRID', 'SEQ_LEN', 'D_MODEL', 'NUM_HEADS', 'NUM_LAYERS', 'D_FF',
-           'POSITIONALS', 'ATTENTIONS', 'WINDOW', 'BLOCK', 'LEARNED_STD', 'TRAINING', 'attention_kernel',
-           'allowed_pairs', 'PatchClassifier', 'draw_batches', 'EncoderFlops', 'encoder_flops_formula',
-           'crossover_length', 'pixel_baseline', 'cancer_records']
+           'POSITIONALS', 'ATTENTIONS', 'WINDOW', 'BLOCK', 'LEARNED_STD', 'TRAINING', 'LONG_LEN', 'LONG_KINDS',
+           'LONG_TRAINING', 'RECORD_SIZES', 'attention_kernel', 'allowed_pairs', 'PatchClassifier', 'draw_batches',
+           'EncoderFlops', 'encoder_flops_formula', 'crossover_length', 'MaskedAttnFn', 'long_kernel', 'pixel_baseline',
+           'cancer_records']
 
 # %% ../../chapters/10_application.py #92f43b500f25
 IMAGE_SIZE = 8  # scikit-learn's digits are 8 × 8 pixels
@@ -199,6 +200,52 @@ def crossover_length(*, d_model: int = D_MODEL, d_ff: int = D_FF) -> int:
     ``4·n²·d = 8·n·d² + 4·n·d·d_ff``, i.e. ``n = 2·d + d_ff``."""
     return 2 * check_positive_int("d_model", d_model) + check_positive_int("d_ff", d_ff)
 
+# %% ../../chapters/10_application.py #96814004313d
+from book.pages.ch05 import BATCH, LR, STEPS
+
+LONG_LEN = 512  # reading length: 4 × n* = 2·32 + 64 of chapter 5's model; n² is 4/5 there
+LONG_KINDS = ("full", "window ±8", "block-sparse", "linear")
+# chapter 5's recipe, on its 128-token documents
+LONG_TRAINING = {"steps": STEPS, "batch_size": BATCH, "lr": LR, "clip": 1.0, "threads": 1}
+
+
+class MaskedAttnFn:
+    """A sparse kind computed as torch's fused full attention with the kind's own mask
+    (``kernel.allowed(L)``, ``True`` = may attend): the same function as ``kernel``, faster on
+    short inputs — what ``PatchClassifier(dense=True)`` does for the digits."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel = kernel
+        self._masks: dict[int, torch.Tensor] = {}
+
+    def __call__(self, query, key, value, mask=None, *, causal=False, scale=None):
+        n = query.shape[-2]  # query (B, H, L, E)
+        if n not in self._masks:
+            self._masks[n] = self.kernel.allowed(n)  # (L, L) bool
+        if mask is not None and (mask.dtype != torch.bool or not bool(mask.all())):
+            raise ValueError("MaskedAttnFn takes no mask but an all-True one (no padding)")
+        return torch_sdpa(query, key, value, self._masks[n], causal=causal, scale=scale)
+
+
+def long_kernel(kind: str, *, written_out: bool = False, dense: bool = False):
+    """The ``attn_fn`` of chapter 5's document classifier for ``kind`` (one of
+    :data:`LONG_KINDS`, chapter 5's settings): torch's fused kernel — or, with
+    ``written_out``, the package's reference (``None``), which forms the ``n × n`` weights so
+    that a FLOP counter sees the products the fused kernel computes inside one call — a window
+    of ±8 keys, BigBird blocks of 8 (a neighbour block each side, the first block global, one
+    random), or elu+1 linear attention. ``dense``: the window and BigBird as
+    :class:`MaskedAttnFn` (for training) instead of their kernels."""
+    check_choice("kind", kind, LONG_KINDS)
+    if kind == "full":
+        return None if written_out else torch_sdpa
+    if kind == "linear":
+        return LinearAttnFn()
+    if kind == "window ±8":
+        kernel = SlidingWindowAttnFn(8, 8)
+    else:
+        kernel = BigBirdAttnFn(8, n_window=1, n_global=1, n_random=1)
+    return MaskedAttnFn(kernel) if dense else kernel
+
 # %% ../../chapters/10_application.py #da64d2b944e4
 def pixel_baseline(
     kind: str, num_classes: int = NUM_CLASSES, num_pixels: int = IMAGE_SIZE**2 * CHANNELS, *,
@@ -216,7 +263,7 @@ def pixel_baseline(
         nn.Flatten(), nn.Linear(num_pixels, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
     )
 
-# %% ../../chapters/10_application.py #f2782b27b81d
+# %% ../../chapters/10_application.py #2373c10b7690
 def cancer_records(*, test_fraction: float = 0.25, seed: int = 0):
     """scikit-learn's breast-cancer records as sequences: ``((x_train, y_train), (x_test,
     y_test))`` with ``x`` of shape ``(N, 3, 1, 10)`` float32 — channel = statistic (mean,
@@ -243,3 +290,6 @@ def cancer_records(*, test_fraction: float = 0.25, seed: int = 0):
     mean, std = x[train].mean(dim=0), x[train].std(dim=0)  # (30,) each
     x = ((x - mean) / std).reshape(-1, 3, 1, 10)  # (N, 3, 1, 10)
     return (x[train], y[train]), (x[test], y[test])
+
+
+RECORD_SIZES = (2, (1, 10), 1, 3)  # num_classes, image_size (H, W), patch_size, channels

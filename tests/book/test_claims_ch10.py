@@ -33,15 +33,19 @@ from book.claims.ch10 import (
     encoder_cost,
     encoder_flops,
     guide_markdown,
+    long_task_costs,
     model_flops,
     s10_encoder_verdict,
     s10_fashion_verdict,
     s10_guide_verdict,
     s10_linear_verdict,
     s10_no_loss_verdict,
+    s10_own_data_verdict,
     s10_positions_verdict,
     s10_quadratic_verdict,
     s10_relative_verdict,
+    s10_tradeoff_verdict,
+    step_peaks_at,
     sweep_encoder,
     train_grid,
     training_step_cost,
@@ -342,6 +346,60 @@ def test_s10_guide_verdict():
     assert s10_guide_verdict(here, evidence("C19 window")) == NOT_REPRODUCED
 
 
+def test_s10_tradeoff_verdict():
+    acc = {"full": [1.0], "window ±8": [0.5], "block-sparse": [0.55], "linear": [0.6]}
+    flops = {"full": 12_000, "window ±8": 5_000, "block-sparse": 5_700, "linear": 4_700}
+    assert s10_tradeoff_verdict(acc, flops) == REPRODUCED
+    # linear attention saves compute at no cost in accuracy: the trade holds for two of three
+    assert s10_tradeoff_verdict(acc | {"linear": [0.99]}, flops) == PARTLY
+    # a kind that saves nothing is no trade either
+    assert s10_tradeoff_verdict(acc, flops | {"window ±8": 13_000}) == PARTLY
+    # every kind as good as full attention: no trade at all
+    good = {k: [0.99] for k in acc} | {"full": [1.0]}
+    assert s10_tradeoff_verdict(good, flops) == NOT_REPRODUCED
+    # full attention does not solve the task: nothing to trade against
+    assert s10_tradeoff_verdict(acc | {"full": [0.8]}, flops) == NOT_REPRODUCED
+    # the mean decides the bar, the margin is CLEAR_GAP
+    assert s10_tradeoff_verdict(acc | {"linear": [1.0 - CLEAR_GAP + 0.01]}, flops) == PARTLY
+    with pytest.raises(KeyError):
+        s10_tradeoff_verdict(acc, {"full": 1})
+    with pytest.raises(ValueError):
+        s10_tradeoff_verdict({"full": [1.0]}, flops)
+
+
+def test_s10_own_data_verdict():
+    enc, none = "encoder, learned positions", "encoder, no positions"
+    logistic = "logistic regression"
+    acc = {enc: [0.95, 0.95], none: [0.90, 0.91], logistic: [0.96, 0.96]}
+    assert s10_own_data_verdict(acc) == REPRODUCED
+    # positions gain only 0.01: as good as logistic regression, positions do not matter
+    assert s10_own_data_verdict(acc | {none: [0.94, 0.94]}) == PARTLY
+    # far below logistic regression, though positions matter
+    assert s10_own_data_verdict(acc | {logistic: [0.99, 0.99]}) == PARTLY
+    assert s10_own_data_verdict({enc: [0.8], none: [0.8], logistic: [0.95]}) == NOT_REPRODUCED
+    with pytest.raises(KeyError):
+        s10_own_data_verdict({enc: [0.9], logistic: [0.9]})
+
+
+def test_long_task_costs_count_the_formula_and_the_kernels_save_flops():
+    costs = long_task_costs(64, batch_size=4)
+    assert set(costs) == {"full", "window ±8", "block-sparse", "linear"}
+    head = 2 * 32 * 2  # the read-out's Linear(32, 2)
+    assert costs["full"][0] == encoder_flops_formula(64, num_layers=1).total + head
+    assert all(costs[k][0] < costs["full"][0] for k in ("window ±8", "block-sparse", "linear"))
+    assert all(peak > 0 for _, peak in costs.values())
+
+
+def test_step_peaks_at_the_task_length_are_the_digits_training_step(data):
+    peaks = step_peaks_at(16)
+    torch.manual_seed(0)
+    images, labels = data.train_images[:32].unsqueeze(1), data.train_labels[:32]
+    assert peaks["full"] == training_step_cost(PatchClassifier(), images, labels).peak_bytes
+    assert step_peaks_at(32)["full"] > peaks["full"]
+    with pytest.raises(ValueError, match="multiple of 4"):
+        step_peaks_at(18)
+
+
 # --- the sceptic's sweep: every runner runs and judges at a tiny budget -----------------------
 
 
@@ -352,11 +410,15 @@ def test_sweep_runners_run_and_judge_at_a_tiny_budget():
     claims = {s.claim_id for s in SCEPTIC_SWEEPS}
     assert claims == {
         "§10 encoder", "§10 positions", "§10 relative", "§10 window", "§10 block-sparse",
-        "§10 linear", "§10 fashion",
+        "§10 linear", "§10 fashion", "§10 guide", "§10 O(n²)", "§10 trade-off", "§10 own data",
     }  # fmt: skip
     for sweep in SCEPTIC_SWEEPS:
         for change in ({}, *(p.kwargs for p in sweep.perturbations)):
-            kwargs = sweep.baseline | change | {"seeds": [0], "steps": 2}
+            kwargs = sweep.baseline | change
+            if "steps" in kwargs:  # training: one seed, two steps
+                kwargs |= {"seeds": [0], "steps": 2}
+            if "long_len" in kwargs:  # cost: short inputs
+                kwargs |= {"long_len": min(kwargs["long_len"], 64)}
             outcome = sweep.run(**kwargs)
             assert outcome.verdict in VERDICTS, (sweep.claim_id, outcome)
             assert outcome.numbers, sweep.claim_id

@@ -383,3 +383,47 @@ def test_the_classifier_reads_a_record_as_ten_tokens_of_three_channels():
     weight = model.patches.proj.weight[:, :, 0, 0]  # (D, 3)
     expected = x_train[:4, :, 0, :].transpose(1, 2) @ weight.T + model.patches.proj.bias
     torch.testing.assert_close(model.patches(x_train[:4]), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_record_sizes_read_a_record_as_ten_tokens():
+    from book.pages.ch10 import RECORD_SIZES
+
+    (x, y), _ = cancer_records()
+    model = PatchClassifier(*RECORD_SIZES)
+    assert model.patches.num_patches == 10
+    assert model(x[:5]).shape == (5, 2)
+
+
+def test_long_kernels_are_chapter_5s_settings():
+    from attention.dispatch import torch_sdpa
+    from attention.efficient.adapters import BigBirdAttnFn, LinearAttnFn, SlidingWindowAttnFn
+    from book.pages.ch10 import LONG_KINDS, LONG_LEN, LONG_TRAINING, long_kernel
+
+    assert LONG_KINDS == ("full", "window ±8", "block-sparse", "linear")
+    assert long_kernel("full") is torch_sdpa and long_kernel("full", written_out=True) is None
+    window = long_kernel("window ±8")
+    assert isinstance(window, SlidingWindowAttnFn)
+    assert torch.equal(window.allowed(40), sliding_window_mask(40, left=8, right=8))
+    assert isinstance(long_kernel("block-sparse"), BigBirdAttnFn)
+    assert isinstance(long_kernel("linear"), LinearAttnFn)
+    assert LONG_LEN == 512 and (LONG_TRAINING["steps"], LONG_TRAINING["batch_size"]) == (200, 32)
+    with pytest.raises(ValueError, match="kind"):
+        long_kernel("sparse")
+
+
+@pytest.mark.parametrize("kind", ["window ±8", "block-sparse"])
+def test_a_masked_kind_computes_its_kernels_function(kind):
+    from book.pages.ch10 import MaskedAttnFn, long_kernel
+
+    kernel, masked = long_kernel(kind), long_kernel(kind, dense=True)
+    assert isinstance(masked, MaskedAttnFn) and type(masked.kernel) is type(kernel)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 48, 16, generator=g) for _ in range(3))  # (B, H, L, E)
+    torch.testing.assert_close(masked(q, k, v), kernel(q, k, v), rtol=1e-5, atol=1e-5)
+    keep = torch.ones(2, 1, 1, 48, dtype=torch.bool)  # what SequenceClassifier passes
+    torch.testing.assert_close(masked(q, k, v, mask=keep), masked(q, k, v))
+    keep[0, ..., -1] = False
+    with pytest.raises(ValueError, match="all-True"):
+        masked(q, k, v, mask=keep)
+    assert long_kernel("linear", dense=True) is not None
+    assert long_kernel("full", dense=True) is long_kernel("full")

@@ -352,7 +352,7 @@ def train_forecaster(
     return {"model": model, "test_mse": test, "val_mse": val, "n_params": n_params,
             "losses": log.losses}  # fmt: skip
 
-# %% ../../chapters/07_variants_by_task.py #a0a5f9d2c4ff
+# %% ../../chapters/07_variants_by_task.py #3133a5371c19
 class LSTMBody(nn.Module):
     """``(history (B, L), phase) -> (B, L, hidden)``: the LSTM's state after each month."""
 
@@ -469,19 +469,20 @@ def forecaster_builds(
 
 def tune_and_train(
     build, split: ForecastSplit, *, grid, seeds, steps: int, batch_size: int = 16,
-    bounds: tuple[float, float] = (1e-5, 0.3),
+    bounds: tuple[float, float] = (1e-5, 0.3), tune_steps: int | None = None,
 ) -> dict:  # fmt: skip
-    """Choose the learning rate by the validation MSE of ``seeds[0]`` from ``grid``, widening
-    the grid by ×(last/previous) while the choice sits at an edge, so
-    that the chosen value lies inside the searched range (the grid stops at ``bounds``);
-    then train every seed with it.
+    """Choose the learning rate by the validation MSE of ``seeds[0]`` trained for
+    ``tune_steps`` (``None``: ``steps``) from ``grid``, widening the grid by ×(last/previous)
+    while the choice sits at an edge, so that the chosen value lies inside the searched range
+    (the grid stops at ``bounds``); then train every seed with it for ``steps``.
     Returns ``{"lr", "grid", "val": {lr: mse}, "runs": [run per seed]}``."""
+    tune_steps = steps if tune_steps is None else tune_steps
     grid, val, first = sorted(grid), {}, {}
     while True:  # ends: the grid is bounded
         for lr in grid:
             if lr not in val:
-                first[lr] = train_forecaster(build, split, steps=steps, lr=lr, seed=seeds[0],
-                                             batch_size=batch_size)  # fmt: skip
+                first[lr] = train_forecaster(build, split, steps=tune_steps, lr=lr,
+                                             seed=seeds[0], batch_size=batch_size)  # fmt: skip
                 val[lr] = first[lr]["val_mse"]
         best = min(grid, key=val.get)
         if best == grid[0] and grid[0] / (grid[1] / grid[0]) >= bounds[0] * (1 - 1e-9):
@@ -490,9 +491,10 @@ def tune_and_train(
             grid.append(grid[-1] * (grid[-1] / grid[-2]))
         else:
             break
-    runs = [first[best]] + [
+    reuse = [first[best]] if tune_steps == steps else []  # seed 0's run, when at full budget
+    runs = reuse + [
         train_forecaster(build, split, steps=steps, lr=best, seed=s, batch_size=batch_size)
-        for s in seeds[1:]
+        for s in seeds[len(reuse) :]
     ]
     return {"lr": best, "grid": grid, "val": val, "runs": runs}
 

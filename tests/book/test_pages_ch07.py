@@ -440,3 +440,21 @@ def test_train_quadrant_reader_reports_mass_on_each_quadrant_and_accuracy():
     expected = (run["weights"] * pages.quadrant_patch_mask()).sum(-1).mean(0)
     assert torch.allclose(run["mass"], expected)
     assert 0.0 <= run["accuracy"] <= 1.0
+
+
+def test_tune_and_train_tunes_at_tune_steps_and_trains_every_seed_at_steps():
+    values, phase = pages.synthetic_series(200)
+    split = pages.forecast_split(values, phase, lookback=24, horizon=6)
+
+    def build():
+        return LastValueNormalization(DLinear(24, 6, kernel_size=5))
+
+    out = pages.tune_and_train(
+        build, split, grid=(1e-3, 3e-3, 1e-2), seeds=[0, 1], steps=6, tune_steps=3
+    )
+    lr = out["lr"]
+    tuned = pages.train_forecaster(build, split, steps=3, lr=lr, seed=0, batch_size=16)
+    assert out["val"][lr] == tuned["val_mse"]  # the choice was made after 3 steps
+    for seed, run in zip([0, 1], out["runs"], strict=True):  # every seed trained for 6
+        full = pages.train_forecaster(build, split, steps=6, lr=lr, seed=seed, batch_size=16)
+        assert run["test_mse"] == full["test_mse"] and len(run["losses"]) == 6

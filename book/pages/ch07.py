@@ -2,13 +2,14 @@
 
 # %% auto #0
 __all__ = ['Tensor', 'QUADRANTS', 'patchify', 'SmallCNN', 'digit_batches', 'swin_stack', 'receptive_field', 'field_map',
-           'window_of', 'neighbour_copy_batch', 'SwinTokenClassifier', 'train_neighbour_copy', 'synthetic_series',
-           'Windows', 'ForecastSplit', 'forecast_split', 'forecast_mse', 'train_forecaster', 'LSTMBody', 'TCNBody',
-           'TransformerBody', 'no_attention', 'Forecaster', 'forecaster_builds', 'tune_and_train', 'quadrant_batch',
-           'quadrant_patch_mask', 'QuadrantReader', 'by_class', 'digit_pair_batch', 'CaptionEncoder', 'TinyCLIP',
-           'retrieval_accuracy', 'train_clip', 'contrastive_loss_floor']
+           'window_of', 'swin_pyramid', 'neighbour_copy_batch', 'SwinTokenClassifier', 'train_neighbour_copy',
+           'synthetic_series', 'Windows', 'ForecastSplit', 'forecast_split', 'forecast_mse', 'train_forecaster',
+           'LSTMBody', 'TCNBody', 'TransformerBody', 'no_attention', 'Forecaster', 'forecaster_builds',
+           'tune_and_train', 'quadrant_batch', 'quadrant_patch_mask', 'QuadrantReader', 'train_quadrant_reader',
+           'by_class', 'digit_pair_batch', 'CaptionEncoder', 'TinyCLIP', 'retrieval_accuracy', 'train_clip',
+           'contrastive_loss_floor']
 
-# %% ../../chapters/07_variants_by_task.py #3ab9556ef2e0
+# %% ../../chapters/07_variants_by_task.py #2146165ae595
 import copy
 import math  # noqa: F811 (the page's module needs its own imports)
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from attention.timeseries import (
     ProbSparseAttention,
     sliding_windows,
 )
-from attention.vision import PatchEmbedding, SwinBlock, VisionTransformer
+from attention.vision import PatchEmbedding, PatchMerging, SwinBlock, VisionTransformer
 
 Tensor = torch.Tensor
 
@@ -146,6 +147,24 @@ def window_of(token: tuple[int, int], grid: int, window_size: int) -> Tensor:
     mask = torch.zeros(grid, grid, dtype=torch.bool)  # (G, G)
     mask[r0 : r0 + window_size, c0 : c0 + window_size] = True
     return mask
+
+# %% ../../chapters/07_variants_by_task.py #0c311155dc81
+def swin_pyramid(
+    x: Tensor, side: int, width: int, *, stages: int = 3, window_size: int = 4
+) -> tuple[Tensor, list[tuple[int, int]]]:
+    """``stages`` Swin stages on ``x (B, side², width)``: each a regular and a shifted
+    `SwinBlock` (no shift once one window fills the map), then `PatchMerging` between stages.
+    Returns the last map ``(B, side'², width')`` and the ``(side, width)`` of every stage."""
+    pyramid = [(side, width)]
+    for stage in range(check_positive_int("stages", stages)):
+        shift = window_size // 2 if side > window_size else 0  # none: one window fills the map
+        for s in (0, shift):  # a regular block, then a shifted one
+            x = SwinBlock(width, side, 1, min(window_size, side), shift=s)(x)  # (B, side², width)
+        if stage < stages - 1:
+            x = PatchMerging(side, width)(x)  # (B, (side/2)², 2·width)
+            side, width = side // 2, width * 2
+            pyramid.append((side, width))
+    return x, pyramid
 
 # %% ../../chapters/07_variants_by_task.py #1fb9090593fc
 def neighbour_copy_batch(
@@ -333,7 +352,7 @@ def train_forecaster(
     return {"model": model, "test_mse": test, "val_mse": val, "n_params": n_params,
             "losses": log.losses}  # fmt: skip
 
-# %% ../../chapters/07_variants_by_task.py #ca5b621e0e50
+# %% ../../chapters/07_variants_by_task.py #3133a5371c19
 class LSTMBody(nn.Module):
     """``(history (B, L), phase) -> (B, L, hidden)``: the LSTM's state after each month."""
 
@@ -419,11 +438,13 @@ class Forecaster(nn.Module):
         return self.head(states.flatten(1))  # (B, horizon): every month, flattened
 
 
-def forecaster_builds(lookback: int, horizon: int, period: int, factor: int = 2) -> dict:
+def forecaster_builds(
+    lookback: int, horizon: int, period: int, factor: int = 2, read_outs=("flat",)
+) -> dict:
     """Name → a function building the forecaster (last-value normalised, except the seasonal
-    naive copy, which is not here). LSTM, TCN and Transformer with both read-outs; the
-    Transformer without attention, with the calendar embedding (+ time) and with ProbSparse
-    on top (Informer-style), read like the library's Transformer (flat)."""
+    naive copy, which is not here). LSTM, TCN and Transformer with each head in
+    ``read_outs``; the Transformer without attention, with the calendar embedding (+ time)
+    and with ProbSparse on top (Informer-style), read like the library's Transformer (flat)."""
 
     def make(body, width, read_out):
         return lambda: LastValueNormalization(
@@ -431,7 +452,7 @@ def forecaster_builds(lookback: int, horizon: int, period: int, factor: int = 2)
         )
 
     builds = {"DLinear": lambda: LastValueNormalization(DLinear(lookback, horizon, kernel_size=13))}
-    for read_out in ("last", "flat"):
+    for read_out in read_outs:
         builds[f"LSTM ({read_out})"] = make(lambda: LSTMBody(44), 44, read_out)
         builds[f"TCN ({read_out})"] = make(lambda: TCNBody(lookback, 24), 24, read_out)
         builds[f"Transformer ({read_out})"] = make(lambda: TransformerBody(lookback), 32, read_out)
@@ -446,34 +467,38 @@ def forecaster_builds(lookback: int, horizon: int, period: int, factor: int = 2)
     return builds
 
 
-def tune_and_train(build, split: ForecastSplit, *, grid, seeds, steps: int,
-                   batch_size: int = 16) -> dict:  # fmt: skip
-    """Choose the learning rate by the validation MSE of ``seeds[0]`` from ``grid``, widening
-    the grid by ×(last/previous) while the choice sits at an edge, so
-    that the chosen value lies inside the searched range (the grid stops at 1e-4 and 0.1);
-    then train every seed with it.
+def tune_and_train(
+    build, split: ForecastSplit, *, grid, seeds, steps: int, batch_size: int = 16,
+    bounds: tuple[float, float] = (1e-5, 0.3), tune_steps: int | None = None,
+) -> dict:  # fmt: skip
+    """Choose the learning rate by the validation MSE of ``seeds[0]`` trained for
+    ``tune_steps`` (``None``: ``steps``) from ``grid``, widening the grid by ×(last/previous)
+    while the choice sits at an edge, so that the chosen value lies inside the searched range
+    (the grid stops at ``bounds``); then train every seed with it for ``steps``.
     Returns ``{"lr", "grid", "val": {lr: mse}, "runs": [run per seed]}``."""
+    tune_steps = steps if tune_steps is None else tune_steps
     grid, val, first = sorted(grid), {}, {}
     while True:  # ends: the grid is bounded
         for lr in grid:
             if lr not in val:
-                first[lr] = train_forecaster(build, split, steps=steps, lr=lr, seed=seeds[0],
-                                             batch_size=batch_size)  # fmt: skip
+                first[lr] = train_forecaster(build, split, steps=tune_steps, lr=lr,
+                                             seed=seeds[0], batch_size=batch_size)  # fmt: skip
                 val[lr] = first[lr]["val_mse"]
         best = min(grid, key=val.get)
-        if best == grid[0] and grid[0] / (grid[1] / grid[0]) >= 1e-4:
+        if best == grid[0] and grid[0] / (grid[1] / grid[0]) >= bounds[0] * (1 - 1e-9):
             grid.insert(0, grid[0] / (grid[1] / grid[0]))
-        elif best == grid[-1] and grid[-1] * (grid[-1] / grid[-2]) <= 0.1:
+        elif best == grid[-1] and grid[-1] * (grid[-1] / grid[-2]) <= bounds[1] * (1 + 1e-9):
             grid.append(grid[-1] * (grid[-1] / grid[-2]))
         else:
             break
-    runs = [first[best]] + [
+    reuse = [first[best]] if tune_steps == steps else []  # seed 0's run, when at full budget
+    runs = reuse + [
         train_forecaster(build, split, steps=steps, lr=best, seed=s, batch_size=batch_size)
-        for s in seeds[1:]
+        for s in seeds[len(reuse) :]
     ]
     return {"lr": best, "grid": grid, "val": val, "runs": runs}
 
-# %% ../../chapters/07_variants_by_task.py #e32a4ef7ffea
+# %% ../../chapters/07_variants_by_task.py #85dea7ca841e
 QUADRANTS = ("top-left", "top-right", "bottom-left", "bottom-right")
 
 
@@ -522,6 +547,33 @@ class QuadrantReader(nn.Module):
             read, weights = self.cross(words, patches, need_weights=True)  # (B,4,D), (B,H,4,N)
             return self.out(read), weights  # (B, 4, 10)
         return self.out(self.cross(words, patches))  # (B, 4, 10)
+
+
+def train_quadrant_reader(train: tuple[Tensor, Tensor], test: tuple[Tensor, Tensor], *,
+                          seed: int, steps: int) -> dict:  # fmt: skip
+    """Train a `QuadrantReader` (parameters from ``seed``, batches of 32 composites of the
+    ``train`` digits ``(images (N, 8, 8), labels (N,))`` from ``seed + 1``, Adam at 3e-3) and
+    test it on 500 composites of the ``test`` digits (from ``seed + 2``): ``{"model", "mass"
+    (4,): each word's mean attention on its own quadrant, "accuracy", "test", "weights"
+    (500, 4, 16), "seconds"}``."""
+    from book.experiments.training import fit  # the book's training loop
+
+    torch.manual_seed(seed)
+    reader = QuadrantReader()
+    log = fit(
+        reader,
+        lambda g: quadrant_batch(32, *train, g),
+        lambda m, b: F.cross_entropy(m(b[0]).reshape(-1, 10), b[1].reshape(-1)),
+        steps=steps, lr=3e-3, data_seed=seed + 1, threads=1,
+    )  # fmt: skip
+    test_x, test_y = quadrant_batch(500, *test, torch.Generator().manual_seed(seed + 2))
+    with torch.no_grad():
+        logits, weights = reader(test_x, need_weights=True)  # (500, 4, 10), (500, H, 4, 16)
+    per_word = weights.mean(1)  # (500, 4, 16): heads averaged
+    mass = (per_word * quadrant_patch_mask()).sum(-1).mean(0)  # (4,): on the word's quadrant
+    accuracy = float((logits.argmax(-1) == test_y).float().mean())
+    return {"model": reader, "mass": mass, "accuracy": accuracy, "test": (test_x, test_y),
+            "weights": per_word, "seconds": log.seconds}  # fmt: skip
 
 # %% ../../chapters/07_variants_by_task.py #a281cc99cef7
 def by_class(labels: Tensor, num_classes: int = 10) -> list[Tensor]:

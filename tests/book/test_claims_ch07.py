@@ -402,12 +402,14 @@ def test_c27_sweep_runners_run_and_judge_at_a_tiny_budget(run):
     assert outcome.verdict in VERDICTS and outcome.numbers["steps"] == 2
 
 
-def test_sweeps_are_declared_with_seeds_and_a_3x_budget():
+def test_trained_claims_sweep_seeds_and_a_3x_budget():
     sweeps = {s.claim_id: s for s in claims.SCEPTIC_SWEEPS}
     assert {"C26", "C26 attention", "C26 additions", "C26 linear", "C27 CLIP", "C27 τ"} <= set(
         sweeps
     )
     for sweep in sweeps.values():
+        if "seeds" not in sweep.baseline:  # a cost or field claim: its knob is the claim's own
+            continue
         changes = [dict(p.kwargs) for p in sweep.perturbations]
         assert {"seeds": [3, 4, 5]} in changes
         assert {"steps": 3 * sweep.baseline["steps"]} in changes
@@ -415,3 +417,28 @@ def test_sweeps_are_declared_with_seeds_and_a_3x_budget():
 
 def test_every_verdict_is_one_of_the_books():
     assert {claims.vit_data_verdict(0.2, 0.1), claims.vit_data_verdict(0.0, 0.0)} <= set(VERDICTS)
+
+
+def test_cost_and_field_sweep_runners_run_and_judge_at_a_small_size():
+    vit = claims.vit_cost_sweep_run(sides=[4, 8, 12, 16], patch_size=2, d_model=8, num_layers=1)
+    assert vit.verdict == "reproduced" and vit.numbers["N'² coefficient"] == pytest.approx(32)
+    cost = claims.c25_cost_sweep_run(sides=[8, 16], window_size=4)
+    assert cost.verdict == "reproduced" and cost.numbers["window FLOPs × per doubling"] == "4.00"
+    shift = claims.c25_shift_sweep_run(grid=8, window_size=4, depths=[1, 2])
+    # two blocks leave the corner pieces of the rolled grid in their own window
+    assert shift.verdict == "partly"
+    assert shift.numbers["2 block(s): corner (0, 0) sees"] == 16
+    assert claims.c25_shift_sweep_run(grid=8, window_size=4, depths=[1, 2, 4]).verdict == (
+        "reproduced"
+    )
+    pyramid = claims.c25_pyramid_sweep_run(side=8, width=8, stages=2)
+    assert pyramid.verdict == "partly" and pyramid.numbers["pyramid"] == "8×8×8 → 4×4×16"
+
+
+def test_trained_sweep_runners_run_and_judge_at_a_tiny_budget():
+    for outcome in (
+        claims.vit_data_sweep_run(seeds=[0], steps=2, sizes=[30, 60]),
+        claims.c25_task_sweep_run(seeds=[0], steps=2),
+        claims.c27_cross_sweep_run(seeds=[0], steps=2),
+    ):
+        assert outcome.verdict in VERDICTS and outcome.numbers["steps"] == 2

@@ -1347,7 +1347,7 @@ for ax, series_name in zip(axes, splits, strict=True):
     )
     ax.tick_params(axis="x", labelrotation=60, labelsize=8)
     top = max(max(mse[series_name, n].values) for n in forecasters)
-    ax.set_ybound(0, 1.3 * max(top, naive_mse[series_name]))
+    ax.set_ybound(0, 1.75 * max(top, naive_mse[series_name]))  # room for the legend above
 reference_line(axes[1], noise_floor, "noise floor (perfect forecast)", color="tab:green")
 for ax in axes:
     ax.legend(loc="upper left", fontsize=8)

@@ -69,7 +69,7 @@ make_deterministic(0)
 # each of three seeds, from the same initial weights on the same batches. On held-out windows
 # we measure the *teacher-forced* loss (all positions in one pass, as in training) and the
 # *honest* left-to-right loss, which predicts $t+1$ from tokens $0 \dots t$ only, as
-# generation does; for a causal model the two are equal.
+# generation does; for a causal model the two are equal (checked).
 #
 # **Thresholds, from the claim, before the run.** "Falls fast": for every seed, the unmasked
 # model's final training loss is below half the masked model's. "Collapses": for every seed,

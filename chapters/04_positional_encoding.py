@@ -1343,13 +1343,12 @@ print(sweep_summary("§4 learned PE", keys=["mean accuracy at 32/48/64/96/128 to
 # %% [markdown]
 # **Verdict on C14: reproduced, under every change of the sweep.** The sinusoidal model has no
 # positional parameters and runs at every length, but past the training lengths its accuracy
-# falls to near chance, in every setting.
+# falls to near chance.
 #
 # **Verdict on the learned encodings: reproduced, under every change of the sweep.** The
 # parameter count is linear in max_len, and the table is a hard wall; a bigger table moves the
-# wall without making the rows behind it useful: perfect at 32 tokens, at chance from 48 on,
-# in every setting (rows no training sequence reached get no gradient, however long the
-# training).
+# wall without making the rows behind it useful: perfect at 32 tokens, at chance from 48 on
+# (rows no training sequence reached get no gradient, however long the training).
 #
 # **Verdict on C15: partly reproduced, under every change of the sweep; how far RoPE falls at
 # four times the training length depends on the model's size.** The exact parts hold exactly:

@@ -16,14 +16,13 @@
 #
 # The attention of chapters 2 and 3 compares every token with every other, and nothing in that
 # comparison mentions *where* a token stands: to attention, "I love you" and "you love I" are
-# the same bag of words. This chapter makes that precise and checks it, then builds the three
-# main ways of putting order back. The original Transformer *adds* a fixed pattern of sines and
-# cosines to each token; we verify two properties claimed for it (a spread of frequencies, like
-# a counter's bits, and a shift that is a rotation). BERT and GPT-2 *learn* one vector per
-# position, which costs parameters and stops dead at the longest position trained. RoPE, used by
-# LLaMA and Qwen, *rotates* queries and keys so that scores see only the distance between two
-# tokens. Finally we train one small model with each encoding on short sequences and test it on
-# longer ones.
+# the same bag of words. This chapter makes that precise, then builds the three main ways of
+# putting order back. The original Transformer *adds* a fixed pattern of sines and cosines to
+# each token; we verify two properties claimed for it (a spread of frequencies, like a counter's
+# bits, and a shift that is a rotation). BERT and GPT-2 *learn* one vector per position, which
+# costs parameters and stops dead at the longest position trained. RoPE, used by LLaMA and Qwen,
+# *rotates* queries and keys so that scores see only the distance between two tokens. Finally
+# we train one small model with each encoding on short sequences and test it on longer ones.
 
 # %% [markdown]
 # **Learning goals.** After this chapter you can
@@ -100,7 +99,7 @@ make_deterministic(0)
 # > information.
 #
 # Our running example is that pair of sentences, with random 8-dimensional word vectors and an
-# untrained two-head attention layer from the package (an identity needs no training).
+# untrained two-head attention layer (an identity needs no training).
 
 # %%
 words = ["I", "love", "you"]
@@ -128,8 +127,7 @@ for word in words:
 # %% [markdown]
 # Each word gets the same output vector (the first four of its eight numbers are shown) in both
 # sentences. We also check the identity on a ten-token sequence under 100 random permutations,
-# and that the *sentence* vector a classifier would pool from the outputs (their mean) is
-# identical.
+# and that the pooled *sentence* vector (the outputs' mean) is identical.
 
 # %%
 swap = torch.tensor([2, 1, 0])  # "you love I" = "I love you" read backwards
@@ -156,9 +154,9 @@ assert max_perm_error < 1e-5  # ... and for every permutation tried (float32 rou
 assert pooled_gap < 1e-6  # a bag-of-words model: both sentences pool to the same vector
 
 # %% [markdown]
-# Now give the model positions: with the sinusoidal table of section 4.2 added to the word
-# vectors, or with RoPE (section 4.5) rotating queries and keys, "I" no longer gets the same
-# output in the two sentences.
+# With positions — the sinusoidal table of section 4.2 added to the word vectors, or RoPE
+# (section 4.5) rotating queries and keys — "I" no longer gets the same output in the two
+# sentences.
 
 # %% tags=["nbval-check-output"]
 sinusoidal = SinusoidalPositionalEncoding(d_model, max_len=16)
@@ -195,7 +193,7 @@ record_claim(
 
 # %% [markdown]
 # A sceptic would draw other word vectors, weights and tokens, and change the length and the
-# width (`c11_sweep_run` in `book.claims.ch04`, judged by the same `c11_verdict`; with several
+# width (`c11_sweep_run`, judged by the same `c11_verdict`; with several
 # seeds the worst counts). Each setting also reverses its whole random sequence with positions:
 
 # %% tags=["nbval-check-output"]
@@ -208,18 +206,16 @@ print(sweep_summary("C11", keys=[
 
 # %% [markdown]
 # **Verdict on C11: reproduced as an identity in every setting tried**, from 2 to 1,000 tokens
-# and up to a width of 512: the outputs follow the permutation to float32 rounding (1e-07 at
-# most). The check we added, that positions move a word's output by more than 0.05, belongs
-# to the random layer, not to the claim: on two of the four other seeds, and on a sequence of
-# two tokens, positions move it by less (0.02 to 0.04), clearly above rounding but under the
-# bar, and `c11_verdict` calls those settings "partly".
+# and up to a width of 512, to float32 rounding (1e-07 at most). Our added check, that positions
+# move a word's output by more than 0.05, belongs to the random layer, not to the claim: on two
+# of the four other seeds, and on two tokens, positions move it by 0.02 to 0.04, clearly above
+# rounding but under the bar, and `c11_verdict` calls those settings "partly".
 #
-# Two remarks go beyond the claim. The *causal mask* of a decoder also breaks the symmetry:
-# token $i$ sees $i+1$ tokens, so its position leaks through how many keys it averages over,
-# and decoder-only language models trained with no positional encoding do learn positions
-# this way (Haviv et al., 2022). And a model that pools the outputs into one vector, like a
-# sentence classifier, is fully *invariant* — a bag of words. Section 4.6 trains such a model
-# on a task that needs order and watches it fail.
+# Two remarks go beyond the claim. A decoder's *causal mask* also breaks the symmetry: token $i$
+# averages over $i+1$ keys, so its position leaks, and decoder-only language models trained
+# with no positional encoding do learn positions this way (Haviv et al., 2022). And a model that
+# pools the outputs into one vector, like a sentence classifier, is fully *invariant* — a bag
+# of words; section 4.6 trains one on a task that needs order and watches it fail.
 
 # %% [markdown]
 # ## 4.2 The sinusoidal encoding
@@ -273,9 +269,9 @@ fig.tight_layout()
 # The wavelength of pair $i$ — the number of positions before it repeats — is $\lambda_i =
 # 2\pi/\omega_i = 2\pi\cdot 10000^{2i/d}$: from $2\pi \approx 6.3$ positions for pair 0 to just
 # under $2\pi\cdot 10000$ for the last, growing by the factor $10000^{2/d}$ from pair to pair.
-# Rather than trust the formula, we *measure* each channel's frequency from the table by
-# counting its sign changes over 1,000 positions (a wave of wavelength $\lambda$ crosses zero
-# about $2\cdot 1000/\lambda$ times). The formula and the count:
+# We *measure* each channel's frequency from the table alone, counting its sign changes over
+# 1,000 positions (a wave of wavelength $\lambda$ crosses zero about $2\cdot 1000/\lambda$
+# times), and compare with the formula:
 
 # %%
 #| export
@@ -361,10 +357,10 @@ fig.tight_layout()
 # %% [markdown]
 # (For the picture we used base 64 instead of 10,000: with $d = 12$ the wavelengths are then
 # $2\pi\cdot 64^{2i/12} = 2\pi\cdot 2^i$, doubling from pair to pair like the bits' periods.)
-# The analogy has measurable limits. The standard table's wavelengths grow by $10000^{2/d}$,
-# 1.33 for $d = 64$, not by doubling: many more, finer scales. And a counter is *jumpy*: from 31
-# to 32 six bits flip, from 32 to 33 one, while a sinusoidal step has the same size everywhere,
-# because moving one position turns every circle by its fixed angle (section 4.3's point).
+# The analogy has limits. The standard table's wavelengths grow by $10000^{2/d}$, 1.33 for
+# $d = 64$, not by doubling: many more, finer scales. And a counter is *jumpy*: from 31 to 32
+# six bits flip, from 32 to 33 one, while a sinusoidal step has the same size everywhere, since
+# one position turns every circle by its fixed angle (section 4.3's point).
 
 # %% tags=["nbval-check-output"]
 bit_flips = (bits[1:] != bits[:-1]).sum(dim=1)  # (63,): Hamming distance of p and p+1
@@ -405,14 +401,12 @@ print(sweep_summary("C12", keys=["crossings, first / last pair",
 # %% [markdown]
 # **Verdict on C12: reproduced for the standard base, at widths 64 and 512, counted over 1,000
 # or 4,000 positions.** Measured from the table alone, frequency falls monotonically with the
-# channel, and the measured wavelengths follow the formula. The two settings that fail say
-# what the verdict rests on. Over 250 positions the fastest pair crosses zero only 79 times,
-# too few to show the hundredfold span from fast to still that the test asks for: the table is
-# the same, the window too short to see it. With base 10 the slowest pair still crosses 34
-# times in 1,000 positions: wavelengths from $2\pi$ to about $2\pi \cdot 10$, a narrow range
-# of scales; the large base is part of the multi-scale design. The binary counter pictures
-# the *multi-scale* idea, with two differences that favour the sines: finer scales than powers
-# of two, and a smooth code where a counter sometimes jumps.
+# channel, and the wavelengths follow the formula. The two settings that fail say what the
+# verdict rests on. Over 250 positions the fastest pair crosses zero only 79 times, too few to
+# show the hundredfold span from fast to still that the test asks for: the table is the same,
+# the window too short. With base 10 the slowest pair still crosses 34 times in 1,000
+# positions (wavelengths from $2\pi$ to about $2\pi \cdot 10$): the large base is part of the
+# multi-scale design.
 
 # %% [markdown]
 # ## 4.3 A shift is a rotation
@@ -486,9 +480,9 @@ m_5 = sinusoidal_shift_matrix(5, 16)
 torch.testing.assert_close(m_5 @ m_5.T, torch.eye(16, dtype=torch.float64))  # a rotation
 
 # %% [markdown]
-# A derivation can hide a mistake, so let the data speak: give a least-squares fit only the
-# pairs $(PE_p, PE_{p+5})$ of the table and ask for the best $M$ with $PE_{p+5} \approx
-# M\,PE_p$. If the claim is true, the fit finds $M_5$ without the formula.
+# A derivation can hide a mistake, so give a least-squares fit only the pairs
+# $(PE_p, PE_{p+5})$ of the table: if the claim is true, the best $M$ with
+# $PE_{p+5} \approx M\,PE_p$ is $M_5$, found without the formula.
 
 # %%
 #| export
@@ -543,7 +537,7 @@ assert fit_gap64 > 0.1  # ... but not only M_5: the data do not pin the matrix d
 # (sin), several columns are nearly linear combinations of each other, and many matrices fit
 # equally well. The linear relation is real, just not the only one the data contain.
 #
-# The shift also shows up in the dot products attention computes. Since $M_k$ is a rotation,
+# The shift also shows in attention's dot products. Since $M_k$ is a rotation,
 # $PE_p\cdot PE_{p+k} = \sum_i \cos(k\omega_i)$ depends on $k$ and not on $p$: the table "knows"
 # distances.
 
@@ -588,10 +582,10 @@ print(sweep_summary("C13", keys=["shift error", "|M_fit - M_5|", "|M_fit - M_200
 
 # %% [markdown]
 # **Verdict on C13: reproduced, exactly, at $d = 16$** for offsets up to 900 and with base 100
-# too. At $d = 64$ the shift is just as exact, but the fit finds another matrix (0.99 away, and
-# 0.64 with ten times the positions), which `c13_verdict` scores "partly": the linear relation
-# holds at every width, the data pin it down only when the table is well conditioned. Why it
-# matters: in the book's row-vector convention
+# too. At $d = 64$ the shift is as exact, but the fit finds another matrix (0.99 away, and 0.64
+# with ten times the positions), which `c13_verdict` scores "partly": the data pin the relation
+# down only when the table is well conditioned. Why it matters:
+# in the book's row-vector convention
 # ($q = x W_Q$, $k = x W_K$), a score between two positional codes is $PE_p W_Q W_K^\top
 # PE_n^\top$; if the model learns $W_Q W_K^\top \approx M_k^\top$ (since $PE_{n+k}^\top = M_k
 # PE_n^\top$), the score becomes $PE_p\cdot PE_{n+k}$, a function of $p - n - k$ only, largest
@@ -643,26 +637,26 @@ for attempt, call in (
 # %% [markdown]
 # (A bare `nn.Embedding` fails too, but with an `IndexError` on the CPU, or a device-side
 # assertion on a GPU, far from the line that asked for position 32.) A larger table does not
-# help either: rows no training sequence reached keep their random initial values. Section 4.6
-# measures what that does.
+# help either: rows no training sequence reached keep their random initial values, which
+# section 4.6 measures.
 
 # %% [markdown]
 # ## 4.5 RoPE: rotate the queries and keys
 #
 # The sinusoidal code carries relative position only indirectly (section 4.3). RoPE, the rotary
 # position embedding of Su et al. (2021), builds it into the score. Nothing is added to the
-# token vectors; after the projections, each query and key is *rotated* according to its
-# position: pair $i$ of the vector at position $m$ is turned by the angle $m\theta_i$, with the
-# same frequencies as before, $\theta_i = 10000^{-2i/d_k}$. Treat a pair $(a, b)$ as the complex
-# number $a + ib$, and the rotation is a multiplication by $e^{im\theta_i}$. Then, for one pair,
+# token vectors; after the projections, pair $i$ of each query and key at position $m$ is
+# *rotated* by the angle $m\theta_i$, with the same frequencies as before,
+# $\theta_i = 10000^{-2i/d_k}$. Treat a pair $(a, b)$ as the complex number $a + ib$, and the
+# rotation is a multiplication by $e^{im\theta_i}$. Then, for one pair,
 #
 # $$\operatorname{Re}\!\left[(q\,e^{im\theta})\,\overline{(k\,e^{in\theta})}\right]
 #   = \operatorname{Re}\!\left[q\,\bar k\, e^{i(m-n)\theta}\right],$$
 #
 # which contains $m$ and $n$ only through $m - n$; summed over the pairs, that is $q_m\cdot
-# k_n$. The diagram draws one pair: turning the query by $m\theta$ and the key by $n\theta$
-# changes the angle between them by $(m - n)\theta$, and the dot product depends only on that
-# angle and the two lengths, which a rotation keeps.
+# k_n$. In the diagram, turning the query by $m\theta$ and the key by $n\theta$ changes the
+# angle between them by $(m - n)\theta$, and the dot product depends only on that angle and the
+# two lengths, which a rotation keeps.
 
 # %%
 _ = rope_rotation()
@@ -697,15 +691,15 @@ torch.testing.assert_close(
 print("from scratch = apply_rope(interleaved=True); rotate-half = the same up to channel order")
 
 # %% [markdown]
-# From here on we use the package's version. The claim to test:
+# The claim to test:
 #
 # > **Claim C15.** RoPE rotates $Q$ and $K$ by position so that $q\cdot k$ depends only on the
 # > relative offset; it adds no parameters, and it extrapolates better (LLaMA, Qwen).
 #
 # The first two parts can be checked exactly. Place one query and one key at every pair of
-# positions $(m, n)$ with $0 \le m, n < 64$, rotate, and compute the score: if it depends on
-# $m - n$ only, the $64\times 64$ score matrix is constant along each diagonal. Rotations also
-# preserve lengths.
+# positions $(m, n)$ with $0 \le m, n < 64$, rotate, and score: if the score depends on $m - n$
+# only, the $64\times 64$ matrix is constant along each diagonal. Rotations also preserve
+# lengths.
 
 # %%
 gen = torch.Generator().manual_seed(7)
@@ -740,8 +734,8 @@ assert rope_params == 0  # nothing to learn (section 4.4)
 
 # %% [markdown]
 # The stripes run parallel to the diagonal: every entry with the same $m - n$ has the same
-# score. Two consequences, before the experiment. A model with RoPE and no other position signal
-# is *translation-invariant*: moving a whole sequence to later positions changes nothing. And a
+# score. Two consequences. A model with RoPE and no other position signal is
+# *translation-invariant*: moving a whole sequence to later positions changes nothing. And a
 # score at a distance never seen in training comes from rotation angles $(m-n)\theta_i$ the
 # model has never met; whether it handles them is an empirical question.
 
@@ -756,10 +750,10 @@ assert rope_params == 0  # nothing to learn (section 4.4)
 #
 # **The task** must need *relative* position, or any encoding would do: *which token stood three
 # places before the last one?* Tokens are random among 16; the answer is one of 16 classes
-# (chance: 1/16 ≈ 0.06). A model that learned "attend three positions back from the last token"
-# can answer at any length; one that learned "from position 31, attend to the position three
-# before it" cannot. To rule out that shortcut, training lengths vary uniformly from 8 to 32
-# tokens, padded at the end.
+# (chance: 1/16 ≈ 0.06). A model that learned "attend three back from the last token" can
+# answer at any length; one that learned "from position 31, attend to the position three before
+# it" cannot. To rule out that shortcut, training lengths vary uniformly from 8 to 32 tokens,
+# padded at the end.
 
 # %%
 #| export
@@ -807,13 +801,12 @@ def lookback_batch(
 # %% [markdown]
 # **The model** is the package's `SequenceClassifier`: one pre-LN encoder layer, 2 heads,
 # $d_\text{model} = 32$, reading the answer off the last real token (`pooling="last"`; the
-# batch's `lengths` mask the padding out, `True` = may attend). The variants differ only in
-# `positional=`: none; sinusoidal; learned with a table of 32 positions (the training maximum);
-# learned with a table of 128 (rows 32–127 exist but no training sequence reaches them); RoPE. A
-# learned table starts at the scale of the token vectors (standard deviation 1, `nn.Embedding`'s
-# default), as BERT initialises both tables alike; `build_lookback_model` redraws it at the
-# token table's measured spread. (A bare `LearnedPositionalEmbedding` starts at GPT-2's far
-# smaller scale.)
+# batch's `lengths` mask the padding out). The variants differ only in `positional=`: none;
+# sinusoidal; learned with a table of 32 positions (the training maximum); learned with a table
+# of 128 (rows 32–127 exist but no training sequence reaches them); RoPE. A learned table starts
+# at the scale of the token vectors, as BERT initialises both tables alike: `build_lookback_model`
+# redraws it at the token table's measured spread (a bare `LearnedPositionalEmbedding` starts at
+# GPT-2's far smaller scale).
 
 
 # %%
@@ -854,11 +847,10 @@ def build_lookback_model(
 
 
 # %% [markdown]
-# A fifth variant was built for this very test: **ALiBi** (section 4.7 shows its bias). It adds
-# no vector to the tokens; every attention score gets a penalty $-s_h\,|i-j|$ growing with the
-# distance, a fixed slope $s_h$ per head. `ALiBiClassifier` below is a `SequenceClassifier` with
-# no positions whose forward adds `alibi_bias` to the padding mask (a float mask is an additive
-# bias).
+# A fifth variant was built for this very test: **ALiBi** (section 4.7). It adds no vector to
+# the tokens; every attention score gets a penalty $-s_h\,|i-j|$ growing with the distance, a
+# fixed slope $s_h$ per head. `ALiBiClassifier` is a `SequenceClassifier` with no positions
+# whose forward adds `alibi_bias` to the padding mask (a float mask is an additive bias).
 
 
 # %%
@@ -910,10 +902,10 @@ def build_alibi_lookback_model(
 
 
 # %% [markdown]
-# **Training** is the book's one loop, `fit`, with AdamW at learning rate $3\cdot10^{-3}$ for
-# 400 steps of 64 sequences, on the cross-entropy of the answer read at the last real token.
-# Batches come from a generator seeded with `seed + 1000`, so every variant trained with the
-# same seed sees the same sequences.
+# **Training** is the book's one loop, `fit`: AdamW at learning rate $3\cdot10^{-3}$, 400 steps
+# of 64 sequences, cross-entropy of the answer at the last real token. Batches come from a
+# generator seeded with `seed + 1000`, so every variant trained with the same seed sees the same
+# sequences.
 
 # %%
 #| export
@@ -965,10 +957,9 @@ def train_lookback(
 
 
 # %% [markdown]
-# A test length may exceed every training length; `lookback_accuracy` also offers a *window*:
-# only the last `window` tokens are visible (the earlier ones masked like padding), which places
-# a short sequence at far positions — section 4.6's way to tell "new absolute positions" from
-# "new distances".
+# `lookback_accuracy` also offers a *window*: only the last `window` tokens are visible (the
+# earlier ones masked like padding), which places a short sequence at far positions —
+# section 4.6's way to tell "new absolute positions" from "new distances".
 
 
 # %%
@@ -1008,12 +999,11 @@ def lookback_accuracy(
 
 
 # %% [markdown]
-# Each variant is trained on the *same* batches, then tested on fresh sequences of 16 to 128
-# tokens, up to four times the training length. The variants whose verdicts rest on training
-# (sinusoidal, learned with a table of 128, RoPE) and ALiBi are trained once per seed of `SEEDS`
-# (three; `lookback_accuracy_over_seeds` in `book.claims.ch04`); the two controls (no positions,
-# which cannot express the task, and the table of 32, which cannot run past it) once, with
-# seed 0.
+# Each variant is then tested on fresh sequences of 16 to 128 tokens, up to four times the
+# training length. The variants whose verdicts rest on training (sinusoidal, learned with a
+# table of 128, RoPE) and ALiBi are trained once per seed of `SEEDS` (three;
+# `lookback_accuracy_over_seeds`); the two controls (no positions, which
+# cannot express the task, and the table of 32, which cannot run past it) once, with seed 0.
 #
 # **The tests, fixed before the run.** C14 ("quality drops past the training length"): every
 # seed of the sinusoidal model reaches `LEARNED` = 0.9 at 32 tokens, and its mean accuracy at
@@ -1136,13 +1126,12 @@ fig.tight_layout()
 
 # %% [markdown]
 # Inside the grey band, every model with positions solves the task, and the model without
-# positions is stuck near chance — C11 in a trained model: without positions, "three before the
-# last" is not expressible. The sinusoidal model learned slowest. **ALiBi** did not learn the
-# task at all, on any seed, even inside the band: its bias is the same for a key three back and
-# three ahead and only falls with distance, so the last token can favour *near* keys but never
-# single out the one exactly three back; it ends where the blind model does. (In decoders a
-# causal mask adds a direction, and ALiBi models do learn to locate tokens; untested here.) Past
-# the band, the others diverge.
+# positions is stuck near chance — C11 in a trained model. The sinusoidal model learned slowest.
+# **ALiBi** did not learn the task on any seed, even inside the band: its bias is the same for a
+# key three back and three ahead and only falls with distance, so the last token can favour
+# *near* keys but never single out the one exactly three back. (In decoders a causal mask adds a
+# direction, and ALiBi models do learn to locate tokens; untested here.) Past the band, the
+# others diverge.
 
 # %%
 acc = {name: dict(zip(TEST_LENGTHS, accs, strict=True)) for name, accs in accuracy.items()}
@@ -1168,16 +1157,16 @@ print(f"RoPE mean accuracy at 128 tokens (4x the training length): {mean_acc['Ro
 # - The **learned table of 32** cannot be run past 32 tokens at all.
 # - The **learned table of 128** runs, and is at chance as soon as the sequence reaches rows
 #   training never touched: an untrained row is noise, not a position.
-# - The **sinusoidal** model runs at any length, but its accuracy collapses from perfect to
-#   near chance already at 1.5 times the training length.
+# - The **sinusoidal** model runs at any length, but collapses from perfect to near chance
+#   already at 1.5 times the training length.
 # - **RoPE** holds up best just past the training lengths (mean 0.78 at 48 tokens over three
 #   seeds, the worst seed 0.67), with a wide spread between seeds further out (0.34 to 0.84
 #   at 64 tokens), and it too falls towards chance by four times the training length.
 #
-# Why does the sinusoidal model fail sooner, and why does RoPE fail at all? The candidates are
-# *new absolute positions* and *new distances*. To pull them apart, take 128-token sequences but
-# let the model see only the **last 32 tokens**: the visible tokens sit at positions 96–127,
-# never seen in training, but never more than 31 apart — no new distances.
+# Why does the sinusoidal model fail sooner, and why does RoPE fail at all: *new absolute
+# positions* or *new distances*? To tell them apart, take 128-token sequences but let the model
+# see only the **last 32 tokens**: they sit at positions 96–127, never seen in training, but
+# never more than 31 apart — no new distances.
 
 # %%
 far_window = {
@@ -1196,9 +1185,9 @@ assert far_window["learned, table 128"] < 0.3
 # RoPE does not care where the window sits: it answers perfectly, as it must, since its scores
 # see only distances. The sinusoidal model only partly transfers: it has learned partly in terms
 # of absolute positions. For RoPE, the problem at long lengths must be the new *distances*.
-# Where does its last token look? Below, the attention of the last token (first layer, each
-# head), averaged over 256 sequences, by distance, at a training length (32) and at four times
-# that (128); `last_query_attention` reruns the first layer asking for its weights:
+# Where does its last token look? Below, the first layer's attention of the last token (each
+# head), averaged over 256 sequences, by distance, at 32 and at 128 tokens
+# (`last_query_attention` reruns the first layer for its weights):
 
 
 # %%
@@ -1268,11 +1257,10 @@ assert min(unseen_mass) > 0.5  # ... to keys at distances never seen in training
 
 # %% [markdown]
 # At 32 tokens both heads put most of their weight exactly three back. At 128 tokens most goes
-# to distances of 32 and more, where query and key were never compared in training: their angles
-# $(m-n)\theta_i$ give scores the model never learned to push down, and some happen to be large.
-# That is RoPE's known weakness outside its training range, and why long-context models stretch
-# it (position interpolation, "NTK-aware" or YaRN rescaling of the frequencies) or train on
-# longer sequences.
+# to distances of 32 and more, never compared in training: their angles $(m-n)\theta_i$ give
+# scores the model never learned to push down, and some happen to be large. That is RoPE's known
+# weakness outside its training range, and why long-context models stretch it (position
+# interpolation, "NTK-aware" or YaRN rescaling of the frequencies) or train on longer sequences.
 
 # %%
 record_claim(
@@ -1336,8 +1324,8 @@ record_claim(
 # A sceptic would not stop at three seeds, 400 steps and one small model. Both claims were
 # re-run with one change at a time — three other seeds, a 3× longer budget, a wider model
 # ($d_\text{model} = 64$) and a deeper and wider one (2 layers, $d_\text{model} = 64$) — and
-# judged by the same functions (`c14_sweep_run`, `c15_sweep_run` in `book.claims.ch04`, run by
-# `make sceptic CH=04`). The stored results, mean accuracy over each setting's three seeds:
+# judged by the same functions (`c14_sweep_run`, `c15_sweep_run`; `make sceptic CH=04`). Mean
+# accuracy over each setting's three seeds:
 
 # %% tags=["nbval-check-output"]
 print("C14, sinusoidal:")
@@ -1355,38 +1343,33 @@ print(sweep_summary("§4 learned PE", keys=["mean accuracy at 32/48/64/96/128 to
 # %% [markdown]
 # **Verdict on C14: reproduced, under every change of the sweep.** The sinusoidal model has no
 # positional parameters and runs at every length, but past the training lengths its accuracy
-# falls to near chance — on other seeds, with a 3× budget, and in the wider and deeper models.
+# falls to near chance.
 #
 # **Verdict on the learned encodings: reproduced, under every change of the sweep.** The
 # parameter count is linear in max_len, and the table is a hard wall; a bigger table moves the
-# wall without making the rows behind it useful: perfect at 32 tokens, at chance from 48 on,
-# with other seeds, a 3× budget and the larger models alike (rows no training sequence reached
-# get no gradient, however long the training).
+# wall without making the rows behind it useful: perfect at 32 tokens, at chance from 48 on
+# (rows no training sequence reached get no gradient, however long the training).
 #
 # **Verdict on C15: partly reproduced, under every change of the sweep; how far RoPE falls at
 # four times the training length depends on the model's size.** The exact parts hold exactly:
 # scores depend on $m - n$ only, and RoPE has no parameters. "Extrapolates better" holds
 # *relative to the other encodings* in every setting: just past the training lengths RoPE keeps
-# most of its accuracy (mean 0.78 at 48 tokens, 0.56 at 64, over three seeds of the chapter's
-# model) where the sinusoidal and learned models have almost none (0.11 and 0.19 for the
-# sinusoidal one), and a mere shift of positions does not affect it. How much it keeps depends
-# on the seed (0.34 and 0.84 at 64 tokens). At four times the training length the small model
-# fails, with attention drifting to distances never trained, as the ALiBi paper
-# (Press et al., 2022) and later studies report for RoPE models trained without a
-# length-extension trick. That half softens with size: with $d_\text{model} = 64$, in one
-# layer or two, RoPE keeps about two thirds of its accuracy at 128 tokens and almost all of
-# it at 48 and 64 (the sweep above); a longer budget changed nothing. It still falls by more
-# than `DROP` there, so it does not extrapolate outright at any size we tried.
+# most of its accuracy (0.78 at 48 tokens, against 0.11 for the sinusoidal model), by an amount
+# that depends on the seed, and a mere shift of positions does not affect it. At four times the
+# training length the small model fails, with attention drifting to distances never trained, as
+# the ALiBi paper (Press et al., 2022) and later studies report for RoPE models trained without
+# a length-extension trick. That half softens with size: with $d_\text{model} = 64$, in one
+# layer or two, RoPE keeps about two thirds of its accuracy at 128 tokens and almost all of it
+# at 48 and 64; a longer budget changed nothing. It still falls by more than `DROP` there, so it
+# does not extrapolate outright at any size we tried.
 
 # %% [markdown]
 # ## 4.7 ALiBi, and choosing an encoding
 #
-# ALiBi was designed for section 4.6's experiment, train short and test long, yet there it could
-# not learn the task at all. **ALiBi** (Press, Smith and Lewis, 2022) adds no vector and rotates
-# nothing: it subtracts from every attention score a penalty proportional to the distance,
-# $-s_h\,|i-j|$, with a fixed slope $s_h$ per head (a geometric sequence, so that some heads
-# look far and others near). The package's `alibi_bias(num_heads, L)` is that penalty as an
-# additive float mask.
+# ALiBi (Press, Smith and Lewis, 2022) was designed for section 4.6's experiment, train short and
+# test long, yet there it could not learn the task at all. Its slopes $s_h$ form a geometric
+# sequence over the heads, so that some heads look far and others near. The package's
+# `alibi_bias(num_heads, L)` is the penalty $-s_h\,|i-j|$ as an additive float mask.
 
 # %%
 bias = alibi_bias(4, 12)  # (H, Lq, Lk)
@@ -1412,21 +1395,19 @@ assert float(longer.max()) == 0.0 and float(longer.min()) < float(bias.min())  #
 # A longer input adds only *more negative* entries: attention meets nothing new at long lengths
 # except stronger penalties on far keys — why Press et al. found it to extrapolate gracefully
 # where sinusoidal and rotary encodings degraded (on language modelling, with a causal mask).
-# The price is a built-in preference for nearby tokens: a penalty monotone in distance cannot
-# single out "exactly three back" the way a rotation can, as section 4.6 measured.
+# The price is a built-in preference for nearby tokens, which cost it section 4.6's task.
 #
 # **Which encoding, then?** From the article, and consistent with what we measured:
 #
-# - *Fixed, short lengths* (classifying inputs with a known maximum, say): a learned table is
-#   fine; it learned our task as well as any other inside its range, and its one weakness,
-#   nothing past max_len, never comes up.
-# - *Variable or longer lengths*: RoPE, with no parameters and no absolute positions, degraded
-#   least just past the training range. At many times its training length, extend it
-#   (position interpolation, frequency rescaling) or train on the lengths you need.
-# - *Extrapolation with no fine-tuning*, where a recency bias is acceptable and the task
-#   does not hinge on exact offsets (ours does, and ALiBi failed it): ALiBi.
+# - *Fixed, short lengths* (classifying inputs of a known maximum length, say): a learned table
+#   learned our task as well as any inside its range, and its one weakness never comes up.
+# - *Variable or longer lengths*: RoPE degraded least just past the training range. At many
+#   times its training length, extend it (position interpolation, frequency rescaling) or train
+#   on the lengths you need.
+# - *Extrapolation with no fine-tuning*, where a recency bias is acceptable and the task does
+#   not hinge on exact offsets (ours does, and ALiBi failed it): ALiBi.
 #
-# These are defaults, not theorems: the right choice passes a test like section 4.6 on *your*
+# These are defaults, not theorems: the right choice passes a test like section 4.6's on *your*
 # task and lengths.
 
 # %% [markdown]
@@ -1447,10 +1428,9 @@ claims_table()
 #   least-squares fit finds it from a well-conditioned table alone.
 # - A learned table costs max_len × d_model parameters and stops at max_len; rows training
 #   never reached are noise.
-# - RoPE rotates queries and keys so that scores depend on $m - n$ only, with no parameters.
-#   It is translation-invariant and extrapolated best just past the training length; at 4×
-#   the small model failed (attention drifted to untrained distances), wider ones lost part
-#   of their accuracy.
+# - RoPE makes scores depend on $m - n$ only, with no parameters. It is translation-invariant
+#   and extrapolated best just past the training length; at 4× the small model failed
+#   (attention drifted to untrained distances), wider ones lost part of their accuracy.
 # - Choose by measuring: learned for fixed short inputs, RoPE for variable lengths (extended
 #   for long ones), ALiBi for extrapolation with a recency bias where exact offsets do not
 #   matter.

@@ -22,8 +22,7 @@
 # decoder's key/value cache, with multi-head, grouped-query and multi-query attention.
 #
 # Everything runs on two CPU cores. Section 6.1's language model is a one-block character
-# model trained on English text that ships with Python (`pydoc_data.topics`, the language
-# reference's help texts): no download.
+# model trained on English text that ships with Python (`pydoc_data.topics`): no download.
 
 # %% [markdown]
 # **Learning goals.** After this chapter you can
@@ -60,29 +59,27 @@ make_deterministic(0)
 # ## 6.1 The missing causal mask (C20)
 #
 # **In plain words.** A decoder learns to predict token $t+1$ from tokens $0 \dots t$, at all
-# positions of a window at once: the targets are the inputs shifted by one. The causal mask
-# keeps position $t$ from seeing position $t+1$, which is *in the input*. Without it the
-# cheapest solution is to copy the next input token: the training loss dives, and the model
+# positions of a window at once: the targets are the inputs shifted by one, so position $t+1$
+# is *in the input*, and the causal mask keeps position $t$ from seeing it. Without the mask
+# the cheapest solution is to copy the next input token: the training loss dives, and the model
 # learns nothing usable for generation, where the next token does not exist yet. The claim
 # (C20): without the mask the training loss falls fast but generation collapses.
 #
-# **The experiment.** `attention.decoder.CharDecoder` (embeddings, the package's
-# `DecoderBlock`s, a linear head) is trained with and without the mask, for each of the book's
-# three seeds, from the same initial weights on the same batches. On held-out windows we
-# measure the *teacher-forced* loss (all positions in one pass, as in training) and the
+# **The experiment.** The package's `CharDecoder` is trained with and without the mask, for
+# each of three seeds, from the same initial weights on the same batches. On held-out windows
+# we measure the *teacher-forced* loss (all positions in one pass, as in training) and the
 # *honest* left-to-right loss, which predicts $t+1$ from tokens $0 \dots t$ only, as
-# generation does. For a causal model the two are equal (checked).
+# generation does; for a causal model the two are equal (checked).
 #
 # **Thresholds, from the claim, before the run.** "Falls fast": for every seed, the unmasked
 # model's final training loss is below half the masked model's. "Collapses": for every seed,
-# the unmasked model's honest loss is worse than the *unigram* loss (the training text's
-# character frequencies, ignoring the context), which the masked model beats.
+# its honest loss is worse than the *unigram* loss (the training text's character frequencies,
+# ignoring the context), which the masked model beats.
 
 # %% [markdown]
 # **The data.** The text is split 90 / 10 in reading order, so the held-out part is unseen
-# text. (Cells starting with `#| export` are copied by `make export` into `book.pages.ch06`,
-# from which the claims module, the exercise checks and the tests import them: this page is
-# their one definition.)
+# text. (Cells marked `#| export` are exported to `book.pages.ch06`, which the claims and the
+# tests import: this page is their one definition.)
 
 # %%
 #| export
@@ -136,8 +133,8 @@ def unigram_loss(train: Tensor, targets: Tensor, vocab_size: int) -> float:
 
 # %% [markdown]
 # **The model and the two losses.** `build_decoder` draws the weights from a seed, so `causal`
-# is the only difference between the two models. `honest_next_token_loss` predicts position
-# $t+1$ from the prefix $0 \dots t$ alone, so no later token can reach it, mask or no mask.
+# is the only difference between the two models. `honest_next_token_loss` feeds each prefix
+# alone, so no later token can reach it, mask or no mask.
 
 # %%
 #| export
@@ -255,8 +252,7 @@ def max_score(model: CharDecoder, tokens: Tensor) -> float:
 
 
 # %% [markdown]
-# **The training step.** Adam through the book's `fit` loop; batches come from `seed + 1`, so
-# both runs of a seed see the same batches.
+# **The training step.** Adam through the book's `fit` loop; batches come from `seed + 1`.
 
 # %%
 #| export
@@ -348,16 +344,15 @@ axes[1].tick_params(axis="x", labelrotation=20)
 fig.tight_layout()
 
 # %% [markdown]
-# Both halves are visible. The unmasked model's training loss leaves the masked one behind
-# within the first hundred steps and heads for zero, and its teacher-forced held-out loss is
-# as low: it reads the next character off its input. Its honest loss lies above the unigram
-# line, worse than ignoring the context. The masked model's two held-out losses are equal, as
-# they must be.
+# The unmasked model's training loss leaves the masked one behind within the first hundred
+# steps and heads for zero, and its teacher-forced held-out loss is as low: it reads the next
+# character off its input. Its honest loss lies above the unigram line, worse than ignoring the
+# context.
 #
-# For generation: continuations of the same held-out prompts by the seed-0 models. Greedy
-# decoding would hide the contrast (a model this small loops, masked or not: " the the the"),
-# so we *sample* at temperature `TEMPERATURE` with a fixed generator and count the share of
-# generated letter runs that are words of the training text.
+# Generation: the seed-0 models continue the same held-out prompts. A model this small loops
+# under greedy decoding, masked or not (" the the the"), so we *sample* at temperature
+# `TEMPERATURE` with a fixed generator and count the share of generated letter runs that are
+# words of the training text.
 
 # %%
 #| export
@@ -414,17 +409,15 @@ record_claim(
 )
 
 # %% [markdown]
-# The verdict survives three other seeds and a budget three times longer (`make sceptic
-# CH=06`; the stored results):
+# Three other seeds and a budget three times longer (`make sceptic CH=06`; the stored
+# results):
 
 # %% tags=["nbval-check-output"]
 print(sweep_summary("C20"))
 
 # %% [markdown]
-# **Verdict on C20: reproduced**, both halves, on every seed. A falling training loss proves
-# nothing about a decoder. Compare the teacher-forced and left-to-right losses on a few
-# held-out windows (equal for a causal model), or use section 6.2's stronger test: change a
-# future token and check that no earlier output moves.
+# **Verdict on C20: reproduced**, both halves, on every seed and at three times the budget: a
+# falling training loss proves nothing about a decoder.
 
 # %% [markdown]
 # ## 6.2 Masking with a large negative (C21)
@@ -435,9 +428,9 @@ print(sweep_summary("C20"))
 # to a row where *every* key is masked (a padded query, a left-padded sequence under a causal
 # mask), what `-1e9` does in float16, and what the one test misses.
 #
-# **The experiment.** A row with three of six keys masked and a row with all six masked,
-# masked by `masked_fill` with `-1e9`, `-inf` or `torch.finfo(dtype).min` then
-# `torch.softmax`, and by `-inf` then the package's safe softmax, in float32 and float16.
+# **The experiment.** A row with three of six keys masked and a row with all six masked, by
+# `masked_fill` with `-1e9`, `-inf` or `torch.finfo(dtype).min` then `torch.softmax`, and by
+# `-inf` then the package's safe softmax, in float32 and float16.
 
 # %%
 #| export
@@ -480,7 +473,7 @@ for dtype, report in (("float32", report32), ("float16", report16)):
 # give a *uniform* row, attending equally to keys it was told to ignore: silently wrong. The
 # safe softmax returns zeros, as torch's `scaled_dot_product_attention` does. In float16,
 # `masked_fill` with `-1e9` refuses outright (float16 stops at ±65504), but an additive mask
-# built in float32 and cast silently turns `-1e9` into `-inf`: NaN again.
+# built in float32 and cast turns `-1e9` into `-inf`: NaN again.
 
 # %%
 allowed = torch.tensor([[True, True, False, False], [False] * 4])
@@ -496,8 +489,7 @@ claims.assert_c21_edge_cases(report32, report16, bias[0, -1].item(), cast_weight
 
 # %% [markdown]
 # The last line is the trap of `finfo.min`: two additive masks added together (padding plus
-# causal, say) overflow to `-inf`, and the NaN is back. A bool `masked_fill` with `-inf` and a
-# softmax that handles the empty row avoids all three cases.
+# causal, say) overflow to `-inf`, and the NaN is back.
 #
 # **The unit tests.** The article's test is run on five causal masks: the right one and four
 # slips — only the diagonal, one that also shows each token the next, a strict mask without
@@ -597,13 +589,12 @@ print(sweep_summary("C21", keys=[
 ]))  # fmt: skip
 
 # %% [markdown]
-# **Verdict on C21: partly reproduced, in every setting of the sweep.** `-1e9` does give zero
-# weight — in float32, on rows that keep a key, whatever the scores' scale. It gives a uniform
-# row where every key is masked, and does not fit in float16; in bfloat16 it fits and zeroes
-# the masked keys, yet leaves the fully masked row uniform too. `-inf` with a safe softmax is
-# correct in every case. The article's unit test catches
-# three of the four wrong masks but passes the diagonal-only one; the no-future-leak and
-# past-visibility tests together catch all four.
+# **Verdict on C21: partly reproduced, in every setting of the sweep.** `-1e9` gives zero
+# weight in float32 on rows that keep a key, whatever the scores' scale, but a uniform row where
+# every key is masked, and it does not fit in float16 (bfloat16 fits it, with the same uniform
+# row). `-inf` with a safe softmax is correct in every case. The article's unit test passes the
+# diagonal-only mask; the no-future-leak and past-visibility tests together catch all four
+# wrong ones.
 
 # %% [markdown]
 # ## 6.3 Padding (C22)
@@ -660,9 +651,8 @@ claims.assert_c22_padding_invariance(drift[True], drift[False], atol=ATOL)
 # pooling, no positions) learns whether token 1 occurs more often than token 2 in a sequence
 # of 6 to 12 tokens, trained with its padding mask on batches padded by up to four extra pad
 # tokens, three seeds. On held-out sequences with growing padding we measure accuracy with the
-# mask and with it forgotten (`use_mask=False`: pads attended to *and* pooled). Thresholds:
-# with the mask accuracy does not change at all; without it the longest padding costs at least
-# `DROP`.
+# mask and without it (`use_mask=False`: pads attended to *and* pooled). Thresholds: with the
+# mask accuracy does not change at all; without it the longest padding costs at least `DROP`.
 
 # %%
 #| export
@@ -798,8 +788,8 @@ assert torch.allclose(torch_right, right, atol=1e-6) and torch.allclose(torch_co
 # **Padding and causal masks together.** `combine_masks` ANDs a causal `(L, L)` mask with a
 # padding `(B, 1, 1, L)` mask into `(B, 1, L, L)`. With *left* padding (common for batched
 # generation) the first query rows are pads that may see only pads: fully masked rows, which
-# the safe softmax and torch's SDPA both return as zeros. The real rows agree with torch's
-# SDPA given the same bool mask.
+# the safe softmax and torch's SDPA both return as zeros; the real rows agree with SDPA given
+# the same bool mask.
 
 # %%
 L = 6
@@ -839,9 +829,8 @@ print(sweep_summary("C22"))
 # %% [markdown]
 # Other seeds and a longer budget change nothing. A classifier *trained* without the mask
 # learns to ignore the pad token, and its accuracy does not move with the padding, mask or no
-# mask. So "unmasked padding dilutes attention" holds for every layer's outputs (experiment
-# 1), but its cost in accuracy is the cost of a mismatch: a padding argument dropped at
-# inference. The mask remains the fix.
+# mask. Unmasked padding does dilute every layer's outputs (experiment 1), but costs accuracy
+# only through a mismatch: a padding argument dropped at inference. The mask remains the fix.
 
 # %% [markdown]
 # ## 6.4 Half precision: when `QKᵀ` overflows (C23)
@@ -855,9 +844,9 @@ print(sweep_summary("C22"))
 # `inf / inf = NaN` at modest scores. The claim (C23): in float16 `QKᵀ` can overflow and
 # produce NaN; keep the softmax in float32; watch the max score.
 #
-# **Prediction and measurement.** For several $d_k$: the predicted scale, and the smallest
-# float16 $s$ whose float16 product is `inf` (found by bisection over every float16 value).
-# Threshold: within 1 % of predicted (float16's 11 significant bits round the prediction up).
+# **Prediction and measurement.** For several $d_k$, the predicted scale and the smallest
+# float16 $s$ whose float16 product is `inf` (bisection over every float16 value). Threshold:
+# within 1 % of predicted (float16's 11 significant bits round the prediction up).
 
 # %%
 REL = claims.C23_REL
@@ -897,7 +886,7 @@ print({k: v for k, v in first_nan.items()}, "(inf: never, for any finite float16
 
 # %% [markdown]
 # **The fixes, measured.** The package's attention computes float16 inputs' product and
-# softmax in float32 and casts back. On aligned inputs far past the float16 product limit it
+# softmax in float32 and casts back; on aligned inputs far past the float16 product limit it
 # stays finite:
 
 # %%
@@ -927,10 +916,8 @@ for scale in (1.0, 4.0):
     print(f"inputs ~ N(0, {scale:g}²):", ", ".join(f"{k} {v:.2g}" for k, v in errs.items()))
 
 # %% [markdown]
-# **Watch the max score.** The plot compares the largest scaled score and raw product that
-# each model of section 6.1 recorded during training with the two float16 limits. The monitor
-# is checked too: for one forward pass it equals the max score computed directly from the
-# trained model.
+# **Watch the max score.** The largest scaled score and raw product each model of section 6.1
+# recorded in training, against the two float16 limits:
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
@@ -990,13 +977,12 @@ print(sweep_summary("C23", keys=["largest gap to the prediction", "textbook soft
 
 # %% [markdown]
 # **Verdict on C23: reproduced, in every setting of the sweep.** One line of arithmetic
-# predicts the overflow scale, within 0.05% from $d_k = 1$ to 4096, and the
-# softmax needs the max subtracted (or float32) long before it. The package's float32 path
-# removes both failure modes; bfloat16 removes the overflow but is several times less precise
-# than float16. The monitor shows what to watch: these tiny models' raw products stay far from
-# 65504 (the headroom printed above), but their scaled scores pass $\ln 65504$ in training,
-# where a textbook float16 softmax would return NaN; the unmasked model, whose attention must
-# be sharp to copy, needs the larger scores.
+# predicts the overflow scale, within 0.05% from $d_k = 1$ to 4096, and the softmax needs the
+# max subtracted (or float32) long before it. The package's float32 path removes both failure
+# modes; bfloat16 removes the overflow at a cost in precision. On the monitor, these tiny
+# models' raw products stay far from 65504, but their scaled scores pass $\ln 65504$ in
+# training, where a textbook float16 softmax would return NaN; the unmasked model, whose
+# attention must be sharp to copy, needs the larger scores.
 
 # %% [markdown]
 # ## 6.5 Memory: the n × n matrix, FlashAttention and checkpointing (C24)
@@ -1048,9 +1034,9 @@ print("by hand vs package flash:", f"{(mine - package).abs().max():.2g};",
 claims.assert_equal_to_package(mine, package)
 
 # %% [markdown]
-# The package's `flash_attention` is the same loop, tuned (one batched matrix product per
-# tile, `exp2`, in-place updates, lazy rescaling), with a hand-written backward that
-# recomputes the tiles from the saved log-sum-exp. From here on we use it.
+# The package's `flash_attention`, used from here on, is the same loop, tuned (one batched
+# matrix product per tile, `exp2`, in-place updates, lazy rescaling), with a hand-written
+# backward that recomputes the tiles from the saved log-sum-exp.
 #
 # **The measurement.** Exact peak memory of a forward *and backward* pass
 # (`measure.memory.peak_extra_bytes`) for a stack of `LAYERS` attention calls (batch 1, 2
@@ -1059,8 +1045,6 @@ claims.assert_equal_to_package(mine, package)
 # $n$ (at most 1.2) and needs under a quarter of dense at the largest $n$; checkpointing cuts
 # the dense peak (by at least 1.25×) and its peak does not grow with depth (≤ 1.25× from one
 # layer to `LAYERS`) while dense's does (≥ 1.5×); outputs and gradients equal to `1e-4`.
-#
-# The three ways to run the stack:
 
 # %%
 #| export
@@ -1148,28 +1132,26 @@ print(sweep_summary("C24", keys=["slopes dense / flash / checkpointed",
 
 # %% [markdown]
 # **Verdict on C24: reproduced at the chapter's lengths and depth, up to n = 2048 and at 8
-# layers; partly at short sequences and in a stack of two.** At the chapter's lengths the
-# $n^2$ term is almost all of dense attention's memory, and flash attention removes it (its
-# slope is below 1 because its growing part is small next to the fixed buffers), with the same
-# results to float32 rounding. For n from 32 to 256 that is no longer so: flash's peak grows
-# with slope 1.53 and it removes only 74% of the dense peak. Checkpointing leaves the $n^2$
-# term of the recomputed layer (slope near 2) but stops the *stack* from holding one $n \times
-# n$ matrix per layer: its peak stays at about one layer's whatever the depth. With four layers
-# that saves a factor of about two, not `LAYERS`, because the recomputed layer's backward needs
-# its own $n \times n$ temporaries; with eight, 3.24×. In a stack of two it cuts the peak by
-# 1.33×, but dense's peak grows only 1.34× from one layer to two, below the 1.5× the test asks
-# before it credits depth.
+# layers; partly at short sequences and in a stack of two.** At the chapter's lengths flash
+# attention removes the $n^2$ term, almost all of dense attention's memory, with the same
+# results to float32 rounding (its slope is below 1: its growing part is small next to the
+# fixed buffers). For n from 32 to 256 that is no longer so: flash's peak grows with slope
+# 1.53 and it removes only 74% of the dense peak. Checkpointing keeps the $n^2$ term of the
+# recomputed layer but stops the *stack* from holding one $n \times n$ matrix per layer: its
+# peak stays at about one layer's whatever the depth. With four layers that saves a factor of
+# about two, not `LAYERS`, because the recomputed layer's backward needs its own $n \times n$
+# temporaries; with eight, 3.24×. In a stack of two, dense's peak grows only 1.34× from one
+# layer to two, below the 1.5× the test asks before it credits depth.
 
 # %% [markdown]
 # ## 6.6 Decoding with a KV cache: MHA, GQA, MQA
 #
-# **In plain words.** Generating token $t$ needs the keys and values of tokens $0 \dots t-1$
-# in every layer. Recomputing them at every step makes generating $T$ tokens cost $O(T^2)$
-# token-passes; a cache makes each step one token-pass plus attention over the cache. The
-# cache, the inference cost the article defers, holds $2 \cdot \text{layers} \cdot B \cdot
-# H_{kv} \cdot T \cdot d_\text{head}$ numbers; grouped-query attention (a few key/value heads,
-# each shared by a group of query heads) and multi-query attention (one) shrink it by $H /
-# H_{kv}$.
+# **In plain words.** Generating token $t$ needs the keys and values of tokens $0 \dots t-1$ in
+# every layer. Recomputing them at every step makes generating $T$ tokens cost $O(T^2)$
+# token-passes; a cache makes each step one token-pass plus attention over the cache. The cache
+# holds $2 \cdot \text{layers} \cdot B \cdot H_{kv} \cdot T \cdot d_\text{head}$ numbers;
+# grouped-query attention (a few key/value heads, each shared by a group of query heads) and
+# multi-query attention (one) shrink it by $H / H_{kv}$.
 
 # %%
 fig = kv_cache_decoding()
@@ -1254,14 +1236,12 @@ print(sweep_summary("KV cache", keys=["same tokens", "cache bytes", "FLOPs cut"]
 # the decode (25× decoding to 64 tokens, 298× to 302× decoding to 512).
 #
 # The cache cuts the arithmetic by a little more than the ratio of token positions (attention
-# over the recomputed prefix grows too). It saves far less time: at this size a decoding step
+# over the recomputed prefix grows too), but saves far less time: at this size a decoding step
 # is mostly fixed overhead (a Python loop, small matrix products). Nor are GQA and MQA faster
-# here: the package repeats the cached keys and values to every query head
-# (`repeat_interleave`), a copy that costs about what the narrower key/value projection saves.
-# With long contexts the cache's *size* is the limit (it is read in full at every step, per
-# sequence), and there GQA and MQA pay: the bytes halve from MHA to GQA with 2 key/value heads
-# and quarter with MQA. Their cost in quality needs training at a scale this chapter does not
-# have.
+# here: the package repeats the cached keys and values to every query head, a copy that costs
+# about what the narrower key/value projection saves. With long contexts the cache's *size* is
+# the limit (it is read in full at every step), and there GQA and MQA pay; their cost in
+# quality needs training at a scale this chapter does not have.
 
 # %% [markdown]
 # ## Claims checked
@@ -1294,9 +1274,8 @@ claims_table()
 # six: a causal mask in the package's polarity; a masked softmax that survives float16 and
 # fully masked rows; a key-padding mask from lengths; the float16 overflow scale; the size of
 # a KV cache; and an experiment — predict C22's verdict for a classifier trained without its
-# padding mask, then run it. Each check names the typical mistake it sees or, for the
-# experiment, why the run gave its verdict. Check your answers in the notebook, or all at once
-# with `make check CH=06`.
+# padding mask, then run it. Check your answers in the notebook, or all at once with
+# `make check CH=06`.
 #
 # ## Further reading
 #

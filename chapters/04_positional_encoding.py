@@ -1125,8 +1125,9 @@ ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 fig.tight_layout()
 
 # %% [markdown]
-# Inside the grey band, every model with positions solves the task, and the model without
-# positions is stuck near chance — C11 in a trained model. The sinusoidal model learned slowest.
+# Inside the grey band, every model with positions but ALiBi solves the task, and the model
+# without positions is stuck near chance — C11 in a trained model. The sinusoidal model learned
+# slowest.
 # **ALiBi** did not learn the task on any seed, even inside the band: its bias is the same for a
 # key three back and three ahead and only falls with distance, so the last token can favour
 # *near* keys but never single out the one exactly three back. (In decoders a causal mask adds a

@@ -1263,8 +1263,10 @@ claims_table()
 # - In float16, $q \cdot k$ overflows at element scale $\sqrt{65504/d_k}$ and a textbook
 #   softmax at scores past 11.09: scale before the product, compute the softmax in float32 or
 #   use bfloat16, and log the max score.
-# - FlashAttention removes the $n^2$ memory term exactly; checkpointing keeps the stack's
-#   memory at about one layer's, at the cost of recomputation.
+# - FlashAttention never forms the $n \times n$ matrix, with the same results; from a few
+#   hundred tokens on that is most of the dense peak, on shorter inputs the fixed buffers
+#   weigh more. Checkpointing keeps the stack's memory at about one layer's, at the cost of
+#   recomputation.
 # - A KV cache turns decoding's recomputation into a lookup; GQA and MQA shrink it by $H /
 #   H_{kv}$.
 #

@@ -15,28 +15,27 @@
 # # Chapter 5 — How attention captures long-range dependencies, and what it costs
 #
 # Chapter 1 concluded that attention does not *remember* better than a recurrent network; it
-# simply does not pass a message along a chain. This chapter checks that promise on one
-# running example and then pays the bill. The example is a long "document" whose opening names
-# a topic and whose last token draws a conclusion, consistent or not, with a few hundred
-# tokens of filler between. We measure the steps and the gradient that link the two tokens
-# inside a model; train a one-layer attention model and look at where its last token looks;
-# measure, byte by byte, what the $n \times n$ table of scores costs as documents grow; and
-# swap in four cheaper patterns — a sliding window, a window with a global token, BigBird's
-# block-sparse layout and kernelised linear attention — to see which keep the long-range link
-# and what each saves.
+# simply does not pass a message along a chain. This chapter tests that on one running example,
+# then pays the bill. The example is a long "document" whose opening names a topic and whose
+# last token draws a conclusion, consistent or not, with a few hundred tokens of filler
+# between. We measure the path and the gradient between the two tokens; train a one-layer
+# attention model and see where its last token looks; measure what the $n \times n$ table of
+# scores costs as documents grow; and try four cheaper patterns — a sliding window, a window
+# with a global token, BigBird's block-sparse layout and kernelised linear attention — to see
+# what each keeps and what it saves.
 
 # %% [markdown]
 # **Learning goals.** After this chapter you can
 #
-# - measure the path between two tokens in an RNN and in attention (in rounds of mixing, from
-#   per-token Jacobians), and explain why one grows with the distance and the other does not;
-# - say what "the gradient does not vanish with distance" does and does not promise (it is
-#   diluted by the length instead);
+# - measure the path between two tokens in an RNN and in attention, and explain why one grows
+#   with the distance and the other does not;
+# - say what "the gradient does not vanish with distance" does not promise (it is diluted by
+#   the length instead);
 # - read a trained model's attention row and tell a long-range link from filler;
 # - measure attention's memory and compute exactly, and show that doubling the length
 #   quadruples both;
-# - predict from a variant's attention pattern, composed over its layers, whether it can
-#   possibly solve a long-range task, and weigh accuracy against measured cost.
+# - predict from a variant's attention pattern, composed over its layers, whether it can solve
+#   a long-range task, and weigh accuracy against measured cost.
 
 # %%
 #| default_exp ch05
@@ -97,13 +96,11 @@ make_deterministic(0)
 #
 # Long-range dependencies are hard to isolate in real text, so we build documents in which we
 # know which two tokens matter. The vocabulary has two **topic** tokens (`T0`, `T1`), two
-# **conclusion** tokens (`C0`, `C1`) and 32 **filler** tokens. A document is filler, except
-# one topic token in its opening quarter and one conclusion token at the very end. The label
-# says whether the conclusion agrees with the topic: $\text{label} = (\text{topic} +
-# \text{conclusion}) \bmod 2$, so `T0 … C0` and `T1 … C1` are *consistent* (0) and the mixed
-# pairs *contradict* (1). Neither token alone says anything about the label, nor does the
-# filler: a model must bring the first quarter and the last token together. The generator, for
-# any number of topics:
+# **conclusion** tokens (`C0`, `C1`) and 32 **filler** tokens. A document is filler except for
+# one topic token in its opening quarter and one conclusion token at the very end. The label is
+# $(\text{topic} + \text{conclusion}) \bmod 2$: `T0 … C0` and `T1 … C1` are *consistent* (0),
+# the mixed pairs *contradict* (1). Neither token alone, nor the filler, says anything about the
+# label: a model must bring the first quarter and the last token together. The generator:
 
 # %%
 #| export
@@ -197,9 +194,9 @@ for tokens, label in zip(example.tokens.tolist(), example.labels.tolist(), stric
     print(" ".join(token_name(t) for t in tokens), "→", LABELS[label])
 
 # %% [markdown]
-# Every later conclusion rests on neither token alone carrying information, so we check it:
-# over 20,000 documents, the share of "contradicts" labels is one half whatever the topic, and
-# whatever the conclusion.
+# Every later conclusion rests on neither token alone carrying information, so we check it on
+# 20,000 documents: the share of "contradicts" labels is one half whatever the topic or the
+# conclusion.
 
 # %% tags=["nbval-check-output"]
 big = topic_documents(20_000, 32, generator=torch.Generator().manual_seed(1))
@@ -220,14 +217,13 @@ assert bool(((big.topics + big.conclusions) % 2 == big.labels).all())
 #
 # As in chapter 1, `path_lengths` reports, for every input position $j$, the fewest **rounds**
 # of mixing after which $\partial y_t / \partial x_j \neq 0$ at the output position $t$ (a
-# per-token Jacobian, measured on values), or *no path*. A round is one application of a
-# recurrent cell at every position (`recurrence_rounds`), or one attention layer
-# (`layer_rounds`). On one 48-token document we measure an LSTM, one attention layer, a
-# two-layer encoder and, as a control that must fail, a stack of per-token layers that mixes
-# nothing. The prediction: $d + 1$ rounds at distance $d = t - j$ for the LSTM (the cell that
-# reads $x_j$, then $d$ state updates), one layer at every distance for both attention models
-# (the encoder connects every pair after its first layer), and no path for the control except
-# from token $t$ itself.
+# per-token Jacobian), or *no path*. A round is one application of a recurrent cell at every
+# position, or one attention layer. On one 48-token document we measure an LSTM, one attention
+# layer, a two-layer encoder and, as a control that must fail, a stack of per-token layers that
+# mixes nothing. The prediction: $d + 1$ rounds at distance $d = t - j$ for the LSTM (the cell
+# that reads $x_j$, then $d$ state updates), one layer at every distance for both attention
+# models (the encoder connects every pair in its first layer), and no path for the control
+# except from token $t$ itself.
 
 # %%
 WIDTH = 16
@@ -268,18 +264,16 @@ path_attn = paths["attention, 1 layer"][1]
 
 # %% [markdown]
 # The result is exact, and the control reports no path from any other token, so the
-# measurement can fail. (Counting operations in the autograd graph would not measure
-# dependence: feeding the attention layer `torch.stack(tokens)` creates one node linked to
-# every token, so every token, the control's included, would seem a few operations from the
-# output through its own residual path.)
+# measurement can fail. (Counting operations in the autograd graph would not do: one
+# `torch.stack` of the tokens puts every token, the control's included, a few operations from
+# the output.)
 #
 # ### The gradient along the path
 #
 # A short path is only useful if the gradient survives it. We measure $\lVert \partial y_t /
 # \partial x_j \rVert$ for the output at the last position of a 256-token document, for a tanh
-# RNN, an LSTM, one attention layer and the two-layer encoder, all freshly initialised
-# (float64, so that tiny numbers do not underflow; 8 random probes per norm, see
-# `gradient_vs_distance`).
+# RNN, an LSTM, one attention layer and the two-layer encoder, all freshly initialised (float64,
+# so that tiny numbers do not underflow).
 
 # %%
 L_GRAD = 256
@@ -327,16 +321,14 @@ for name in ATTENTION:
     assert 0.5 < far_near[name] < 2.0, name
 
 # %% [markdown]
-# The recurrent curves fall as straight lines on the log scale — exponentials, dozens of
-# orders of magnitude over 256 tokens — while the attention curves are flat. Two caveats. The
-# recurrent half depends on the initialisation: these are torch's defaults; with the usual
-# positive forget-gate bias the LSTM keeps far more (the sceptic's sweep below). The attention
-# half cannot fail as built: these layers have no positions, so the curve is flat by symmetry
-# (chapter 4's permutation equivariance). What the measurement adds is the curves' *level*: a
-# few thousandths, far below what the RNNs give their nearest neighbours. At initialisation
-# $a_{tj} \approx 1/n$, and the gradient reaching token $j$ through the value path carries
-# that factor, so it should shrink like $1/n$ with the **length** of the document. We test
-# that at six lengths.
+# The recurrent curves fall as straight lines on the log scale — exponentials, dozens of orders
+# of magnitude over 256 tokens — while the attention curves are flat. Two caveats. The
+# recurrent half holds for torch's default initialisation (the sweep below tries others). The
+# attention half cannot fail as built: these layers have no positions, so the curve is flat by
+# symmetry (chapter 4's permutation equivariance). What the measurement adds is the curves'
+# *level*: a few thousandths. At initialisation $a_{tj} \approx 1/n$, and the gradient reaching
+# token $j$ through the value path carries that factor, so it should shrink like $1/n$ with the
+# **length** of the document. We test that at six lengths.
 
 # %%
 LENGTHS_DILUTION = (32, 64, 128, 256, 512, 1024)
@@ -380,17 +372,15 @@ print(sweep_summary("C16"))
 
 # %% [markdown]
 # **Verdict on C16: reproduced at torch's default initialisation, partly with a forget-gate
-# bias of +1 or +3.** The path through attention is one layer for every pair, and the gradient
-# is flat in the distance, where an RNN's and (at torch's default) an LSTM's fall by dozens of
-# orders of magnitude over 256 tokens. The sweep shows the contrast's condition: other initial
-# weights keep it, but the usual forget-gate bias +1 leaves the LSTM's far/near ratio at
-# 1.9e-19 and +3 at 4.9e-04, above the verdict's threshold (`C16_LSTM_VANISHED`), so "dozens
-# of orders of magnitude" describes torch's default, not LSTMs as usually initialised. And
-# "does not vanish with distance" is not "does not shrink": at initialisation each token's
-# share of the gradient falls like $1/L$. A needle in a 1,000-token document gets about a
-# thousandth of the signal — a dilution a model can undo by learning to *concentrate* its
-# weights, which an RNN cannot do about its exponential. Whether a trained model does
-# concentrate is the next question.
+# bias of +1 or +3.** One layer links every pair and the gradient is flat in the distance,
+# where an RNN's and (at torch's default) an LSTM's fall by dozens of orders of magnitude. The
+# usual forget-gate bias leaves the LSTM's far/near ratio at 1.9e-19 (+1) and 4.9e-04 (+3),
+# above the verdict's threshold (`C16_LSTM_VANISHED`): "dozens of orders of magnitude"
+# describes torch's default, not LSTMs as usually initialised. And "does not vanish with
+# distance" is not "does not shrink": at initialisation each token's share of the gradient
+# falls like $1/L$. A needle in a 1,000-token document gets about a thousandth of the signal —
+# a dilution a model can undo by learning to *concentrate* its weights, which an RNN cannot do
+# about its exponential.
 
 # %% [markdown]
 # ## 5.3 What a trained model looks at (C17)
@@ -402,11 +392,9 @@ print(sweep_summary("C16"))
 # We train the smallest model that can solve the task: the package's `SequenceClassifier` with
 # one pre-LN encoder layer (width 32, 2 heads, feed-forward 64), **no positional encoding**
 # (content matters here, not position) and the prediction read from the last token, the
-# conclusion, whose attention row is where the model gathers what it needs. Training:
-# 128-token documents, Adam (learning rate $3\cdot10^{-3}$, gradient clipping at 1), 32
-# documents per step, 200 steps, with chapter 1's `train_classifier`; torch's fused kernel
-# trains (`attn_fn=torch_sdpa`), and the reference attention reads the weights afterwards. One
-# heat map could be a fluke, so we train seeds 0, 1 and 2, and show seed 0.
+# conclusion, whose attention row is where the model gathers what it needs. Training: 128-token
+# documents, Adam (learning rate $3\cdot10^{-3}$, gradient clipping at 1), 32 documents per
+# step, 200 steps. One heat map could be a fluke, so we train seeds 0, 1 and 2, and show seed 0.
 
 # %%
 #| export
@@ -484,8 +472,8 @@ legend = ax.legend(fontsize=8, loc="lower left")
 # 127 other tokens, with section 5.2's diluted gradient — then drops to zero once the
 # conclusion learns where to look, sometimes pausing on a second plateau with about half the
 # documents solved (the table below shows why). We test each model on fresh documents of the
-# training length **and four times longer** (unseen in training), then switch its layer to the
-# reference attention, which returns the weights; the predictions must not change (checked).
+# training length **and four times longer** (unseen in training), then switch it to the
+# reference attention, which returns the weights (the predictions must not change: checked).
 
 
 # %%
@@ -519,8 +507,8 @@ for seed in SEEDS:
           f"{acc512[seed]:.3f} on 512-token documents")  # fmt: skip
 
 # %% [markdown]
-# `attention_maps` reads the weights with a forward hook: it catches the input of a layer's
-# attention module and reruns the module on it, asking for its weights.
+# `attention_maps` reads the weights with a forward hook that reruns the layer's attention
+# module, asking for them.
 
 
 # %%
@@ -573,11 +561,10 @@ def attention_maps(
 
 
 # %% [markdown]
-# Where does the conclusion look? Each row of the next figure is the conclusion's attention
-# row in one 512-token document, one panel per head, labelled with the document's topic and
-# conclusion. One key of 512 is too thin to see, so we show the 21 keys centred on the topic
-# token (red frame; blank: before the document's first token); every key outside them is
-# filler.
+# Where does the conclusion look? Each row of the next figure is the conclusion's attention row
+# in one 512-token document, one panel per head. One key of 512 is too thin to see, so we show
+# the 21 keys centred on the topic token (red frame; blank: before the document's first token);
+# every key outside them is filler.
 
 # %%
 n_show = 12
@@ -630,18 +617,17 @@ for ax in fig.axes[:2]:  # the one row the loss trains, the image's last: marked
 fig.set_size_inches(10, 4.6)
 
 # %% [markdown]
-# Two things stand out. The bright cells sit in the red frame: when the conclusion looks at
-# the topic, it looks at almost nothing else. And in the full map the link is a vertical
-# *stripe*, not a single cell: many filler rows (of head 0, here) find the topic too, although
-# nothing trained them to. Training made the topic's *key* easy to find, and any query
-# pointing in a similar direction finds it. An off-diagonal stripe says "a salient key", not
-# "these two words are related".
+# The bright cells sit in the red frame: when the conclusion looks at the topic, it looks at
+# almost nothing else. And in the full map the link is a vertical *stripe*: many filler rows
+# (of head 0, here) find the topic too, although nothing trained them to. Training made the
+# topic's *key* easy to find, and any query pointing in a similar direction finds it. An
+# off-diagonal stripe says "a salient key", not "these two words are related".
 #
-# Not every row has a bright cell, though. The table below measures, over 48 documents per
-# length and seed: the conclusion's weight on the topic token (in the head that looks hardest)
-# for each (topic, conclusion) combination; the ratio of the mean weight on the topic to that
-# on one filler token; and the *reverse* link, the topic token's weight on the conclusion, in
-# units of $1/L$. `topic_attention` reads these numbers off the maps:
+# Not every row has a bright cell, though. The table below gives, over 48 documents per length
+# and seed, the conclusion's weight on the topic token (in the head that looks hardest) for
+# each (topic, conclusion) combination; the ratio of the mean weight on the topic to that on
+# one filler token; and the *reverse* link, the topic token's weight on the conclusion, in
+# units of $1/L$.
 
 
 # %%
@@ -771,27 +757,25 @@ print(sweep_summary("C17"))
 
 # %% [markdown]
 # **Verdict on C17: partly reproduced, on seeds 0–2, on seeds 3–5 and at 600 steps** (the
-# sweep above). A combination counts as linked when the conclusion puts over half its weight
-# on the one topic token; the claim asks for no sharper line, and the topic/filler ratio tests
-# whether the topic stands out. The long-range link is real and sharp: when the conclusion
-# attends to the topic it puts nearly all its weight on that one token out of 128 or 512, and
-# the models read documents four times longer than any seen in training without losing
-# accuracy: content-based attention ignores distance. Three parts of the claim do not survive
-# as stated:
+# sweep above). A combination counts as linked when the conclusion puts over half its weight on
+# the topic token; the topic/filler ratio tests whether the topic stands out. The long-range
+# link is real and sharp: when the conclusion attends to the topic, nearly all its weight goes
+# to that one token of 128 or 512, and the models read documents four times longer than any
+# seen in training without losing accuracy: content-based attention ignores distance. Three
+# parts of the claim do not survive as stated:
 #
 # - **The link runs one way.** The topic token looks at the conclusion about as much as at any
-#   other token — between half and twice the uniform weight $1/L$ (the reverse column) —
-#   because nothing in the loss asks it to. Heat maps show what a model *needed*, not a
-#   symmetric relation.
+#   other token — between half and twice the uniform weight $1/L$ — because nothing in the loss
+#   asks it to. Heat maps show what a model *needed*, not a symmetric relation.
 # - **The link is not in every document.** Which (topic, conclusion) combinations get a link
-#   differs from seed to seed (the table). With two topics, a conclusion can *search* for the
-#   topic it agrees with and conclude "contradicts" from not finding it; those documents show
-#   no link, yet are classified perfectly. Attention weights are evidence of what a model
-#   reads, not an explanation of its decision (chapter 9 returns to this).
-# - **"Filler gets little weight" holds per token, not in total.** An average filler token
-#   always gets far less than the topic, but when the conclusion finds nothing to link to,
-#   over half its weight spreads across the filler (the asserting cell checks this),
-#   harmlessly: the average filler value is the same in every document.
+#   differs from seed to seed. With two topics, a conclusion can *search* for the topic it
+#   agrees with and conclude "contradicts" from not finding it; those documents show no link,
+#   yet are classified perfectly. Attention weights are evidence of what a model reads, not an
+#   explanation of its decision (chapter 9 returns to this).
+# - **"Filler gets little weight" holds per token, not in total.** Each filler token gets far
+#   less than the topic, but when the conclusion finds nothing to link to, over half its weight
+#   spreads across the filler (checked above), harmlessly: the average filler value is the
+#   same in every document.
 
 # %% [markdown]
 # ## 5.4 The price: an $n \times n$ table (C18)
@@ -803,12 +787,10 @@ print(sweep_summary("C17"))
 # measure four things for one dense attention call (batch 1, 2 heads, head width 32, float32,
 # no autograd) at lengths 256 to 2048:
 #
-# - the bytes of the weight tensor itself (exact by construction: $B \cdot H \cdot n^2 \cdot
-#   4$);
+# - the bytes of the weight tensor itself (exactly $B \cdot H \cdot n^2 \cdot 4$);
 # - the **peak** bytes the call holds at once, counted tensor by tensor by `measure.memory`
 #   (exact and repeatable, unlike the process's memory use);
-# - the matrix-multiply FLOPs, counted by torch's `FlopCounterMode` (through
-#   `matmul_flop_counter`, which also counts the in-place products torch's table leaves out);
+# - the matrix-multiply FLOPs, counted by torch's `FlopCounterMode`;
 # - the median wall-clock time (shown, never asserted: machines differ).
 
 # %%
@@ -907,14 +889,13 @@ for ax in axes:  # label the measured lengths, not powers of ten
 fig.tight_layout()
 
 # %% [markdown]
-# **Verdict on C18: reproduced at every setting the sweep tried** (above): lengths from 32 to
-# 4096, head width 128, a batch of 4 with 8 heads. The weight tensor and the matrix products
-# grow by exactly 4 per doubling, and the call's peak — about three weight-sized tensors alive
-# at once (scores, their exponentials, the normalised weights), plus $O(n)$ terms that matter
-# less and less — by a factor that tends to 4 from below. Wall-clock time follows the $n^2$
-# only roughly: fixed overheads hide it at short lengths, and once the tables outgrow the
-# caches memory traffic can make a doubling cost more. Memory bites first: at $n = 32{,}768$
-# one head's float32 weight matrix alone is 4 GiB.
+# **Verdict on C18: reproduced at every setting the sweep tried**: lengths from 32 to 4096,
+# head width 128, a batch of 4 with 8 heads. The weight tensor and the matrix products grow by
+# exactly 4 per doubling, and the call's peak — about three weight-sized tensors alive at once
+# (scores, their exponentials, the normalised weights), plus $O(n)$ terms that matter less and
+# less — by a factor that tends to 4 from below. Wall-clock time follows the $n^2$ only roughly
+# (fixed overheads at short lengths, cache effects at long ones). Memory bites first: at
+# $n = 32{,}768$ one head's float32 weight matrix alone is 4 GiB.
 
 # %% [markdown]
 # ## 5.5 Remedies, and what each gives up (C19)
@@ -923,18 +904,17 @@ fig.tight_layout()
 # few global tokens (Longformer) and linear attention through kernels ($O(n)$) cut the cost;
 # windows lose some long-range reach, linear attention some accuracy.*
 #
-# We test four remedies from `attention.efficient`, each wrapped as an `attn_fn` for the same
-# classifier:
+# Four remedies from `attention.efficient`, each an `attn_fn` for the same classifier:
 #
-# - **window ±8**: query $i$ sees keys $i-8 \dots i+8$ (`sliding_window_attention`);
+# - **window ±8**: query $i$ sees keys $i-8 \dots i+8$;
 # - **window + a global token**: the same, plus Longformer's global attention on one token (it
-#   sees everything and everything sees it). The token is *not* the read-out, which would make
-#   a one-layer model compute exactly what full attention computes: a test that cannot fail;
+#   sees everything and everything sees it). The token is *not* the read-out, which would make a
+#   one-layer model compute exactly what full attention computes: a test that cannot fail;
 # - **BigBird, blocks of 8**: a block sees its neighbour blocks, the first block (global) and
-#   one random block (`block_sparse_attention` on `bigbird_layout`);
+#   one random block;
 # - **linear (elu + 1)**: every key, through the feature map $\varphi(x) = \mathrm{elu}(x)+1$
-#   instead of a softmax (`linear_attention`), computed as $\varphi(Q)\,(\varphi(K)^\top V)$
-#   without the $n \times n$ table.
+#   instead of a softmax, computed as $\varphi(Q)\,(\varphi(K)^\top V)$ without the $n \times n$
+#   table.
 #
 # The patterns, drawn from the wrappers' own masks:
 
@@ -944,9 +924,8 @@ fig = attention_patterns()
 # %% [markdown]
 # ### What can the conclusion see?
 #
-# Before training anything, the pattern alone makes a prediction. Each wrapper returns its
-# equivalent dense mask; the last row is what the conclusion may attend to. The topic lives in
-# the first 32 positions.
+# Before any training, the pattern alone makes a prediction: the last row of each wrapper's
+# mask is what the conclusion may attend to, and the topic lives in the first 32 positions.
 
 # %%
 variants = {
@@ -982,11 +961,10 @@ ax.figure.set_size_inches(10, 2.8)
 
 # %% [markdown]
 # If a model uses every topic it can see and guesses when it sees none, its accuracy is
-# $\tfrac12 + \tfrac12 \cdot$ (the share of the topic span it can reach)
-# (`predicted_accuracy`). The prediction is also tested on 512-token documents (topic in the
-# first 128 positions), where the window is as blind and BigBird's layout has 64 blocks
-# instead of 16. With one layer, the global token (position 64, a filler) gives the conclusion
-# nothing: it holds only its own input.
+# $\tfrac12 + \tfrac12 \cdot$ (the share of the topic span it can reach). The prediction is
+# also tested on 512-token documents (topic in the first 128 positions), where the window is as
+# blind and BigBird's layout has 64 blocks instead of 16. With one layer, the global token
+# (position 64, a filler) gives the conclusion nothing: it holds only its own input.
 
 
 # %%
@@ -1018,11 +996,11 @@ for name in reach_rows:
 # %% [markdown]
 # ### Training each variant on the same budget
 #
-# Same one-layer model, same seed (hence the same initial weights and documents), same 200
-# steps; only `attn_fn` changes. The full-attention model is seed 0 of section 5.3. BigBird
-# and linear attention also get the two other seeds, because their verdicts turn on what they
-# learn (the window's mask decides its verdict). The global-token variant, blind in one layer,
-# is trained in the next subsection, with depth.
+# Same one-layer model, seed (hence initial weights and documents) and 200 steps; only
+# `attn_fn` changes. The full-attention model is seed 0 of section 5.3. BigBird and linear
+# attention also get the two other seeds, because their verdicts turn on what they learn (the
+# window's mask decides its verdict). The global-token variant, blind in one layer, is trained
+# in the next subsection, with depth.
 
 # %%
 runs = {"full attention": dense_run}
@@ -1111,7 +1089,7 @@ print(sweep_summary("C19 window"))
 #
 # One window layer is blind to the topic, but every layer moves information one window
 # further, and a global token can gather in one layer what the read-out reads in the next
-# (`reach_after` composes a mask with itself once per layer; the figure draws the last row):
+# (`reach_after` composes the mask once per layer; the figure draws the last row):
 
 
 # %%
@@ -1138,22 +1116,20 @@ def reach_after(allowed: torch.Tensor, depth: int) -> torch.Tensor:
 fig = window_reach_by_depth()
 
 # %% [markdown]
-# So the real test of "reach decides" is depth: a model whose reach after all its layers
-# covers the topic span should solve the task, one whose reach does not should stay at chance
-# — whatever it must learn on the way (to relay the topic from token to token, or through the
+# So the real test of "reach decides" is depth: a model whose reach after all its layers covers
+# the topic span should solve the task, one whose reach does not should stay at chance —
+# whatever it must learn on the way (to relay the topic from token to token, or through the
 # global token). Deep models at 128 tokens exceed this chapter's budget, so this test uses
-# shorter documents: 32 tokens, the topic in the first 8, the conclusion last. Two patterns,
-# each at a blind depth and at one that reaches the whole span:
+# 32-token documents, the topic in the first 8. Two patterns, each at a blind depth and at one
+# that reaches the whole span:
 #
-# - **window ±12**: one layer reaches back 12 positions (blind), three layers three times as
-#   far (all of it);
+# - **window ±12**: one layer reaches back 12 positions (blind), three layers all of the span;
 # - **window ±4 + global token 16** (a filler in the middle, not the read-out): one layer is
 #   blind, two reach everything through the global token.
 #
-# The deep, sighted models train on seeds 0, 1 and 2, the blind ones (the mask decides them)
-# on seed 0, as dense attention under the variant's own mask (`MaskedAttnFn`, tested against
-# the kernel). Thresholds, from the claim: chance is a mean accuracy below
-# `C19_CHANCE_BELOW`, solved above `C19_SOLVED_ABOVE`, a match within 0.1 of the prediction.
+# The deep models train on seeds 0, 1 and 2, the blind ones (the mask decides them) on seed 0.
+# Thresholds, from the claim: chance is a mean accuracy below `C19_CHANCE_BELOW`, solved above
+# `C19_SOLVED_ABOVE`, a match within 0.1 of the prediction.
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 SHORT_LEN, SHORT_SPAN = 32, 8
@@ -1202,10 +1178,9 @@ for name, accs in acc_depth.items():
 print(deep_classifier(SlidingWindowAttnFn(12, 12), 3))
 
 # %% [markdown]
-# Depth restoring reach is the book's extension, not the article's claim, so it gets its own
-# id: the blind depth must be at chance, and the verdict follows whether the depth that
-# reaches the span also solves the task. The sweep tries other seeds, longer budgets, and a
-# wider window with fewer layers.
+# Depth restoring reach is the book's extension, so it gets its own id: the blind depth must
+# be at chance, and the verdict follows whether the depth that reaches the span solves the
+# task. The sweep tries other seeds, longer budgets and a wider window with fewer layers.
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 window_names = [n for n in depth_configs if n.startswith("window ±12")]
@@ -1230,8 +1205,8 @@ print(sweep_summary("C19 window depth"))
 # %% [markdown]
 # The relay through a global token is the book's extension too: blind in one layer, and in two
 # only as good as the relay the model learns. Longformer marks its global tokens with their
-# own ids; here position 16 holds a random filler, so the sweep adds a Longformer-faithful run
-# with a dedicated token id there.
+# own ids; here position 16 holds a random filler, so the sweep adds a run with a dedicated
+# token id there.
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 global_names = [n for n in depth_configs if "global" in n]
@@ -1408,9 +1383,8 @@ fig.tight_layout()
 # Linear attention reached every key. Writing its weights out shows what it lacks: $w_{ij} =
 # \varphi(q_i)\cdot\varphi(k_j) / \sum_l \varphi(q_i)\cdot\varphi(k_l)$ is a product of an $n
 # \times d$ and a $d \times n$ matrix, row-normalised, so the weight matrix has **rank at most
-# $d$** (the head width), whatever $n$ is; a softmax of the same scores has full rank. We
-# build the weights from the formula, check them against the package's `linear_attention`, and
-# compare ranks.
+# $d$** (the head width), whatever $n$ is; a softmax of the same scores has full rank. We build
+# the weights from the formula and compare ranks.
 
 # %%
 q, k, v = (t.double() for t in make_qkv(64, head_dim=8, seed=3))  # (1, 2, 64, 8), float64
@@ -1461,47 +1435,38 @@ print(sweep_summary("C19 linear"))
 # **Verdicts on C19, one per remedy.**
 #
 # - **Cost — reproduced at lengths 128–8192 and with a window of ±64; partly with BigBird
-#   blocks of 64** (the sweep prints memory/FLOPs exponents). Every remedy's peak memory and
-#   FLOPs grow linearly with $n$, dense attention's quadratically; but blocks of 64 make
-#   BigBird's layout dense at 256 tokens (four blocks, each attending to all), so its FLOPs
-#   grow faster than $n$ up to 4096: "$O(n)$" needs blocks much smaller than the sequence.
-#   FlashAttention separates the two halves of the $O(n^2)$ claim: its memory grows no faster
-#   than $n$, yet, being exact, it scores all $n^2$ pairs (its FLOPs are dense attention's).
-#   Time is shown, not asserted: the sparse and flash kernels loop in Python, so at short
+#   blocks of 64.** Every remedy's peak memory and FLOPs grow linearly with $n$, dense
+#   attention's quadratically; but blocks of 64 make BigBird's layout dense at 256 tokens (four
+#   blocks, each attending to all), so its FLOPs grow faster than $n$ up to 4096: "$O(n)$"
+#   needs blocks much smaller than the sequence. FlashAttention separates the two halves of the
+#   $O(n^2)$ claim: its memory grows no faster than $n$, yet, being exact, it scores all $n^2$
+#   pairs. Time is not asserted: the sparse and flash kernels loop in Python, so at short
 #   lengths they can be slower than dense.
 # - **Sliding window (the article's part) — reproduced**, on seeds 0, 3, 4, 5 and at 600
-#   steps. One ±8 layer cannot see the topic and stays at chance while full attention, trained
-#   alike, solves the task: the window does lose the long-range reach.
+#   steps: one ±8 layer cannot see the topic and stays at chance while full attention solves
+#   the task.
 # - **Depth restores the reach (the book's extension) — partly, at every budget we could
-#   afford.** The three-layer ±12 model on 32-token documents, whose reach covers the topic
-#   span, stayed at chance on seeds 0–2 and 3–5 and at 600 and 2000 steps (the sweep); a wider
-#   window with fewer layers, ±16 × 2, learned it on two seeds of three in 1000 steps
-#   (1.00/0.46/1.00). Reach is necessary, not sufficient: the model must learn to pass the
-#   topic on from window to window, and whether it does within a budget depends on the seed
-#   and the window.
+#   afford.** Three ±12 layers, whose reach covers the topic span, stayed at chance on seeds
+#   0–2 and 3–5 and at 600 and 2000 steps; two ±16 layers learned the task on two seeds of
+#   three in 1000 steps. Reach is necessary, not sufficient: the model must learn to pass the
+#   topic on from window to window, and whether it does within a budget depends on the seed and
+#   the window.
 # - **Global tokens cut the cost (the article's part) — reproduced** with 1, 16 or 64 global
-#   tokens, a window of ±64 and lengths to 8192 (the sweep): memory and FLOPs grow like $n$.
+#   tokens, a window of ±64 and lengths to 8192.
 # - **A global token relays the topic (the book's extension) — not reproduced at 200 and 600
-#   steps, partly at 2000.** A global token that is not the read-out is useless in one layer,
-#   as its mask predicts; in two layers it could relay the topic, but the models stayed at
-#   chance on seeds 0–5 at 200 steps and on seeds 0–2 at 600. At 2000 steps one seed of three
-#   learned the relay (1.00/0.46/0.51); with a Longformer-faithful dedicated id on the global
-#   position, two seeds moved off chance within 1000 steps (0.52/0.75/1.00). The relay is
-#   learnable, slowly and not on every seed. (A global read-out, as Longformer's
-#   classification token, would be full attention in one layer: a test that could not fail.)
-# - **BigBird — reproduced on seeds 0–2 and 3–5, at 600 steps, with blocks of 4 and 16** (the
-#   sweep). The mean accuracy lands where the layout's reach predicts, at 128 tokens and 512:
-#   blocks of 8 reach a quarter of the topic span (the global first block), blocks of 16 all
-#   of it at 128 tokens (solved) but not at 512. It keeps the reach its blocks cover.
+#   steps, partly at 2000**, where one seed of three learned the relay; with a dedicated id on
+#   the global position, as in Longformer, two seeds moved off chance within 1000 steps. The
+#   relay is learnable, slowly and not on every seed.
+# - **BigBird — reproduced on seeds 0–2 and 3–5, at 600 steps, with blocks of 4 and 16.** The
+#   mean accuracy lands where the layout's reach predicts, at 128 tokens and 512: blocks of 8
+#   reach a quarter of the topic span (the global first block), blocks of 16 all of it at 128
+#   tokens (solved) but not at 512.
 # - **Linear attention — partly reproduced at 200 steps (seeds 0–2 and 3–5), not reproduced at
-#   600.** It *can* learn the task: it sees every key, and its best seed classifies as well as
-#   full attention. But it learns more slowly — every seed needed more steps than every
-#   full-attention seed, and two of the three did not get there within 200 steps (the seed
-#   table) — so at that budget its mean accuracy is lower (0.85, min 0.76, max 1.00, against
-#   1.00 on every full-attention seed). Given 600 steps every linear seed reaches 1.00 (the
-#   sweep): the loss is one of optimisation speed, not accuracy. The rank limit costs nothing
-#   on a task with one sharp lookup; it shows on tasks that need many different sharp lookups
-#   at once.
+#   600.** It sees every key, and its best seed classifies as well as full attention, but it
+#   learns more slowly: every seed needed more steps than every full-attention seed, and two
+#   of the three did not get there within 200 steps, so at that budget its mean accuracy is
+#   0.85 against 1.00. Given 600 steps every linear seed reaches 1.00: the loss is one of
+#   optimisation speed, not accuracy.
 
 # %% [markdown]
 # ## Claims checked

@@ -31,8 +31,8 @@ class Cost:
 
     ``peak_bytes``: most bytes the call allocated and held at once (output included, inputs
     not), counted tensor by tensor; ``flops``: matrix-multiply FLOPs (2 per multiply-add) as
-    :func:`measure.flops.matmul_flop_counter` counts them; ``seconds``: median
-    wall-clock time (machine-dependent: show it, never assert it).
+    :func:`measure.flops.matmul_flop_counter` counts them; ``seconds``: the fastest
+    wall-clock time of ``repeats`` calls (machine-dependent: show it, never assert it).
     """
 
     seq_len: int

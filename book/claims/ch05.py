@@ -245,10 +245,13 @@ def assert_c19_linear_learns_slower(
     )
 
 
-def c19_global_verdict(accuracies: dict[str, Sequence[float]], predicted: dict[str, float]) -> str:
-    """The verdict on "global tokens restore the reach": ``"not reproduced"`` when a blind
-    configuration beats chance (the mask leaks) or no seed of any configuration that can
-    reach the topic beats chance (the remedy gave nothing within the budget);
+def c19_extension_verdict(
+    accuracies: dict[str, Sequence[float]], predicted: dict[str, float]
+) -> str:
+    """The verdict on the book's extensions, "depth restores the reach" and "a global token
+    restores the reach": ``"not reproduced"`` when a blind configuration beats chance (the
+    mask leaks) or no seed of any configuration that can reach the topic beats chance (the
+    remedy gave nothing within the budget);
     ``"reproduced"`` when every seed of every such configuration solves the task (above
     :data:`C19_SOLVED_ABOVE`); ``"partly"`` in between."""
     blind = [n for n, p in predicted.items() if p == 0.5]
@@ -506,7 +509,7 @@ def c19_depth_sweep_run(
 ) -> Outcome:
     """C19 window depth, the book's extension: window ±``window`` on 32-token documents at one
     layer (blind; first seed only) and at ``layers`` layers (every seed), judged by
-    :func:`c19_reach_verdict` against the prediction from reach."""
+    :func:`c19_extension_verdict`."""
     variant = SlidingWindowAttnFn(window, window)
     configs = {"1 layer": (1, list(seeds)[:1]), f"{layers} layers": (layers, list(seeds))}
     accs, predicted = {}, {}
@@ -514,7 +517,7 @@ def c19_depth_sweep_run(
         predicted[name] = predicted_accuracy(reach_after(variant.allowed(32), depth)[-1], 8)
         accs[name] = [_train_short(variant, depth, s, steps).accuracy for s in run_seeds]
     return Outcome(
-        c19_reach_verdict(accs, predicted),
+        c19_extension_verdict(accs, predicted),
         {
             "setting": f"window ±{window}, {layers} layers, {steps} steps",
             "predicted": f"{predicted[f'{layers} layers']:.2f}",
@@ -527,7 +530,7 @@ def c19_depth_sweep_run(
 def c19_relay_sweep_run(*, seeds: Sequence[int], steps: int, dedicated_id: bool = False) -> Outcome:
     """C19 global relay, the book's extension: window ±4 + global position 16 on 32-token
     documents, 1 layer (blind; first seed) and 2 layers (every seed), judged by
-    :func:`c19_global_verdict`. ``dedicated_id``: the global position holds its own token id
+    :func:`c19_extension_verdict`. ``dedicated_id``: the global position holds its own token id
     (Longformer marks its global tokens) instead of a random filler."""
     variant = SlidingWindowAttnFn(4, 4, global_tokens=(16,))
     gid = VOCAB if dedicated_id else None
@@ -539,7 +542,7 @@ def c19_relay_sweep_run(*, seeds: Sequence[int], steps: int, dedicated_id: bool 
             _train_short(variant, depth, s, steps, global_id=gid).accuracy for s in run_seeds
         ]
     return Outcome(
-        c19_global_verdict(accs, predicted),
+        c19_extension_verdict(accs, predicted),
         {
             "global token": "dedicated id" if dedicated_id else "a filler",
             "2 layers accuracy": _span(accs["2 layers"]),

@@ -18,7 +18,7 @@ from book.claims.ch05 import (
     c17_verdict,
     c18_verdict,
     c19_cost_verdict,
-    c19_global_verdict,
+    c19_extension_verdict,
     c19_linear_verdict,
     c19_reach_verdict,
     c19_reach_verdict_at_lengths,
@@ -61,23 +61,23 @@ def test_c19_linear_assert_fails_when_linear_is_as_fast_or_never_learns():
         assert_c19_linear_learns_slower([40, None, 60], [90, 100, 110], [1.0, 1.0, 1.0])
 
 
-def test_c19_global_verdict_follows_the_seeds():
+def test_c19_extension_verdict_follows_the_seeds():
     predicted = {"1 layer": 0.5, "2 layers": 1.0}
-    assert c19_global_verdict({"1 layer": [0.5], "2 layers": [1.0, 0.99, 0.95]}, predicted) == (
+    assert c19_extension_verdict({"1 layer": [0.5], "2 layers": [1.0, 0.99, 0.95]}, predicted) == (
         "reproduced"
     )
-    assert c19_global_verdict({"1 layer": [0.5], "2 layers": [1.0, 0.5, 0.5]}, predicted) == (
+    assert c19_extension_verdict({"1 layer": [0.5], "2 layers": [1.0, 0.5, 0.5]}, predicted) == (
         "partly"
     )
-    # What chapter 5 measured: the relay was never learned within the budget.
-    assert c19_global_verdict({"1 layer": [0.5], "2 layers": [0.46, 0.52, 0.5]}, predicted) == (
+    # What chapter 5 measured: neither the relay nor the deep windows learned within 200 steps.
+    assert c19_extension_verdict({"1 layer": [0.5], "2 layers": [0.46, 0.52, 0.5]}, predicted) == (
         "not reproduced"
     )
-    assert c19_global_verdict({"1 layer": [0.9], "2 layers": [1.0]}, predicted) == (
+    assert c19_extension_verdict({"1 layer": [0.9], "2 layers": [1.0]}, predicted) == (
         "not reproduced"
     )
     with pytest.raises(ValueError, match="nothing to judge"):
-        c19_global_verdict({"1 layer": [0.5]}, {"1 layer": 0.5})
+        c19_extension_verdict({"1 layer": [0.5]}, {"1 layer": 0.5})
 
 
 C17_GOOD = dict(  # chapter 5's seed 0 at L = 128, roughly

@@ -374,8 +374,9 @@ print(sweep_summary("C16"))
 # bias of +1 or +3.** One layer links every pair and the gradient is flat in the distance,
 # where an RNN's and (at torch's default) an LSTM's fall by dozens of orders of magnitude. The
 # usual forget-gate bias leaves the LSTM's far/near ratio at 1.9e-19 (+1) and 4.9e-04 (+3),
-# above the verdict's threshold (`C16_LSTM_VANISHED`): "dozens of orders of magnitude"
-# describes torch's default, not LSTMs as usually initialised. And "does not vanish with
+# above the verdict's threshold (`C16_LSTM_VANISHED`): the LSTM's gradient still fades with
+# distance, by 19 orders of magnitude at +1 and under four at +3, but "dozens" describes
+# torch's default, not LSTMs as usually initialised. And "does not vanish with
 # distance" is not "does not shrink": at initialisation each token's share of the gradient
 # falls like $1/L$. A needle in a 1,000-token document gets about a thousandth of the signal —
 # a dilution a model can undo by learning to *concentrate* its weights, which an RNN cannot do

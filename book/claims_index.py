@@ -26,14 +26,13 @@ from what the notebooks recorded.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
-
-import nbformat
 
 from book.claims import CLAIMS_MIME, VERDICTS, parse_claims_markdown
 from book.sceptic import stored_sweeps, sweep_cell
@@ -157,11 +156,17 @@ def article_number(claim_id: str) -> int | None:
 # ------------------------------------------------------------------------------------------
 
 
-def _claims_outputs(nb) -> list[dict]:
+def _source(cell: dict) -> str:
+    """A cell's source as one string (an ``.ipynb`` file may store it as a list of lines)."""
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source
+
+
+def _claims_outputs(cells: Sequence[dict]) -> list[dict]:
     """The ``data`` of every stored claims-table output, in notebook order."""
     found = []
-    for cell in nb.cells:
-        if cell.cell_type != "code":
+    for cell in cells:
+        if cell["cell_type"] != "code":
             continue
         for out in cell.get("outputs", []):
             data = out.get("data", {})
@@ -194,9 +199,9 @@ def _rows(data: dict) -> list[tuple[dict, int | None]]:
 def _section_before(cells: Sequence, index: int) -> str:
     """The text of the last level-1 or level-2 heading in the markdown cells up to ``index``."""
     for cell in reversed(cells[: index + 1]):
-        if cell.cell_type != "markdown":
+        if cell["cell_type"] != "markdown":
             continue
-        headings = [_HEADING.match(line) for line in cell.source.splitlines()]
+        headings = [_HEADING.match(line) for line in _source(cell).splitlines()]
         headings = [m for m in headings if m and len(m.group(1)) <= 2]
         if headings:
             return headings[-1].group(2)
@@ -208,11 +213,11 @@ def _recording_cell(cells: Sequence, claim_id: str, execution_count: int | None)
     count, else the one whose source calls ``record_claim`` with that literal id."""
     if execution_count is not None:
         for i, cell in enumerate(cells):
-            if cell.cell_type == "code" and cell.get("execution_count") == execution_count:
+            if cell["cell_type"] == "code" and cell.get("execution_count") == execution_count:
                 return i
     for i, cell in enumerate(cells):
-        if cell.cell_type == "code":
-            ids = [m.group("id") for m in _RECORD_CALL.finditer(cell.source)]
+        if cell["cell_type"] == "code":
+            ids = [m.group("id") for m in _RECORD_CALL.finditer(_source(cell))]
             if claim_id in ids:
                 return i
     return None
@@ -225,8 +230,10 @@ def notebook_claims(path: Path) -> list[RecordedClaim]:
     match = _NOTEBOOK.match(path.name)
     if match is None:
         raise ValueError(f"path must name a chapter notebook NN_slug.ipynb, got {path.name!r}")
-    nb = nbformat.read(str(path), as_version=4)
-    tables = _claims_outputs(nb)
+    # The stored JSON, read as it is: nbformat's reader would validate the whole notebook
+    # (and its import alone takes most of a second), for a few fields of a few cells.
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    tables = _claims_outputs(cells)
     if not tables:
         return []
     found = []
@@ -236,8 +243,8 @@ def notebook_claims(path: Path) -> list[RecordedClaim]:
         ]
         if missing:
             raise ValueError(f"{path.name}: a stored claim lacks {missing}: {fields!r}")
-        index = _recording_cell(nb.cells, fields["id"], count)
-        section = _section_before(nb.cells, index) if index is not None else ""
+        index = _recording_cell(cells, fields["id"], count)
+        section = _section_before(cells, index) if index is not None else ""
         found.append(
             RecordedClaim(
                 claim_id=fields["id"],

@@ -3,6 +3,8 @@
 - :func:`digits`: scikit-learn's bundled handwritten digits (1 797 real 8 × 8 greyscale
   images, 17 grey levels 0–16, classes 0–9; the UCI "optdigits" test set), as tensors, with a fixed,
   seeded, class-balanced train/test split.
+- :func:`breast_cancer`: scikit-learn's bundled Wisconsin diagnostic breast-cancer records
+  (569 biopsies, 30 measurements each, malignant or benign), as tensors.
 - :func:`pydoc_text`: Python's own ``pydoc_data.topics`` (the help texts of the language
   reference, ≈ 465 k characters of English), for character-level language models;
   :class:`CharVocab` maps it to token ids.
@@ -13,8 +15,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
 import torch
 
 from attention.checks import check_positive_int
@@ -32,19 +37,38 @@ class Digits:
     test_labels: Tensor
 
 
+def package_file(package: str, *parts: str) -> Path:
+    """The path of a data file inside the installed ``package``, found without importing it.
+
+    scikit-learn's bundled data sets are plain CSV files, and importing scikit-learn (for its
+    loaders) takes most of a second; a chapter reads the files directly instead.
+    """
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"{package} must be installed: it ships the data file {'/'.join(parts)}"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))).joinpath(*parts)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{package} ships no data file {'/'.join(parts)} (looked at {path})"
+        )
+    return path
+
+
 def digits(*, test_fraction: float = 0.25, seed: int = 0) -> Digits:
     """scikit-learn's digits as tensors, split per class so both parts hold every digit.
 
     Pixel values 0–16 are divided by 16. The split is a seeded permutation within each class
     (``seed``): the same seed always gives the same split.
     """
-    from sklearn.datasets import load_digits  # reads a file inside the package
-
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
-    raw = load_digits()
-    images = torch.tensor(raw.images, dtype=torch.float32) / 16.0  # (N, 8, 8)
-    labels = torch.tensor(raw.target, dtype=torch.int64)  # (N,)
+    # One row per image: 64 grey levels in reading order, then the digit (as sklearn's
+    # load_digits reads it).
+    rows = np.loadtxt(package_file("sklearn", "datasets", "data", "digits.csv.gz"), delimiter=",")
+    images = torch.tensor(rows[:, :-1], dtype=torch.float32).reshape(-1, 8, 8) / 16.0  # (N, 8, 8)
+    labels = torch.tensor(rows[:, -1], dtype=torch.int64)  # (N,)
     generator = torch.Generator().manual_seed(seed)
     train, test = [], []
     for c in range(10):
@@ -55,6 +79,20 @@ def digits(*, test_fraction: float = 0.25, seed: int = 0) -> Digits:
         train.append(idx[n_test:])
     train_idx, test_idx = torch.cat(train).sort().values, torch.cat(test).sort().values
     return Digits(images[train_idx], labels[train_idx], images[test_idx], labels[test_idx])
+
+
+def breast_cancer() -> tuple[Tensor, Tensor]:
+    """scikit-learn's Wisconsin diagnostic breast-cancer records: ``features (569, 30)``
+    float64 and ``labels (569,)`` int64 (0 = malignant, 1 = benign), in the file's order.
+
+    The 30 columns, in scikit-learn's order, are ten measurements of the cell nuclei in a
+    biopsy image (radius, texture, perimeter, area, smoothness, compactness, concavity,
+    concave points, symmetry, fractal dimension) as their mean, then their standard error,
+    then their worst value.
+    """
+    path = package_file("sklearn", "datasets", "data", "breast_cancer.csv")
+    rows = np.loadtxt(path, delimiter=",", skiprows=1)  # the first line: sizes and class names
+    return torch.tensor(rows[:, :-1]), torch.tensor(rows[:, -1], dtype=torch.int64)
 
 
 def pydoc_text() -> str:

@@ -36,6 +36,11 @@ def _storages(tree: object) -> list[torch.UntypedStorage]:
     return [x.untyped_storage() for x in tree_leaves(tree) if isinstance(x, torch.Tensor)]
 
 
+# Whether a weak reference's storage has been freed: the C function behind
+# ``StorageWeakRef.expired``, called directly because a sweep calls it once per live storage.
+_expired = torch.UntypedStorage._expired
+
+
 class PeakMemory(TorchDispatchMode):
     """Context manager: ``peak_bytes`` = most bytes allocated inside it and alive at once.
 
@@ -49,27 +54,39 @@ class PeakMemory(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.live: dict[int, tuple[StorageWeakRef, int]] = {}  # storage id -> (ref, bytes)
-        self.current_bytes = 0
+        # The bytes of ``live``: every storage in it is alive or was freed since the last sweep,
+        # so this never falls below the bytes alive. Sweeping only when it passes the peak
+        # keeps the peak exact and saves a pass over every live storage after most operators.
+        # A freed storage cannot pass its id on while it is in ``live``: the weak reference
+        # keeps the id's storage object (not its memory) allocated until the sweep drops it.
+        self._held = 0
         self.peak_bytes = 0
 
+    @property
+    def current_bytes(self) -> int:
+        """Bytes allocated inside the mode and alive now."""
+        self._sweep()
+        return self._held
+
     def _sweep(self) -> None:
-        """Forget the storages that were freed since the last operator."""
-        dead = [key for key, (ref, _) in self.live.items() if ref.expired()]
+        """Forget the storages that were freed since the last sweep."""
+        dead = [key for key in self.live if _expired(key)]
         for key in dead:
-            self.current_bytes -= self.live.pop(key)[1]
+            self._held -= self.live.pop(key)[1]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         inputs = {StorageWeakRef(s).cdata for s in _storages((args, kwargs))}
         out = func(*args, **kwargs)
-        self._sweep()  # inputs the operator consumed may be gone already
         for storage in _storages(out):
             ref = StorageWeakRef(storage)
             if ref.cdata in inputs or ref.cdata in self.live:
                 continue  # an input returned or written in place: not a new allocation
             self.live[ref.cdata] = (ref, storage.nbytes())
-            self.current_bytes += storage.nbytes()
-        self.peak_bytes = max(self.peak_bytes, self.current_bytes)
+            self._held += storage.nbytes()
+        if self._held > self.peak_bytes:  # a new peak, unless freed storages make up the excess
+            self._sweep()
+            self.peak_bytes = max(self.peak_bytes, self._held)
         return out
 
     def __exit__(self, *exc) -> None:

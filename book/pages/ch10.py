@@ -263,7 +263,7 @@ def pixel_baseline(
         nn.Flatten(), nn.Linear(num_pixels, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
     )
 
-# %% ../../chapters/10_application.py #2373c10b7690
+# %% ../../chapters/10_application.py #5e6b7136d5bc
 def cancer_records(*, test_fraction: float = 0.25, seed: int = 0):
     """scikit-learn's breast-cancer records as sequences: ``((x_train, y_train), (x_test,
     y_test))`` with ``x`` of shape ``(N, 3, 1, 10)`` float32 — channel = statistic (mean,
@@ -271,13 +271,12 @@ def cancer_records(*, test_fraction: float = 0.25, seed: int = 0):
     order) — standardised per feature with the training split's mean and standard deviation,
     and ``y`` ``(N,)`` int64 (0 = malignant, 1 = benign). The split is a seeded permutation
     within each class: the same seed gives the same split."""
-    from sklearn.datasets import load_breast_cancer  # reads a file inside the package
+    from book.data import breast_cancer  # scikit-learn's bundled file
 
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
-    raw = load_breast_cancer()
-    x = torch.tensor(raw.data, dtype=torch.float32)  # (N, 30): 10 means, 10 errors, 10 worst
-    y = torch.tensor(raw.target, dtype=torch.int64)  # (N,)
+    features, y = breast_cancer()  # (N, 30) float64: 10 means, 10 errors, 10 worst; (N,)
+    x = features.float()  # (N, 30)
     generator = torch.Generator().manual_seed(seed)
     train, test = [], []
     for c in range(2):

@@ -264,19 +264,22 @@ def test_s10_encoder_verdict():
 
 
 def test_s10_positions_verdict():
-    acc = {"none": [0.4], "sinusoidal": [0.77], "RoPE": [0.6], "learned": [0.90],
-           "learned, start 0.02": [0.80]}  # fmt: skip
+    acc = {"none": [0.4], "sinusoidal": [0.77], "RoPE": [0.6], "learned": [0.90]}
     assert s10_positions_verdict(acc) == REPRODUCED
-    # the small start only: 0.76 is within 0.02 of 0.77, 0.74 is not
-    assert s10_positions_verdict(acc | {"learned, start 0.02": [0.76]}) == REPRODUCED
-    assert s10_positions_verdict(acc | {"learned, start 0.02": [0.74]}) == PARTLY
-    assert s10_positions_verdict(acc | {"learned": [0.70], "learned, start 0.02": [0.74]}) == (
+    # 0.76 is within 0.02 of 0.77, 0.74 is not
+    assert s10_positions_verdict(acc | {"learned": [0.76]}) == REPRODUCED
+    assert s10_positions_verdict(acc | {"learned": [0.74]}) == NOT_REPRODUCED
+    # several learned tables (one per start): all, some or none good enough
+    two = ("learned", "learned, start 0.02")
+    assert s10_positions_verdict(acc | {two[1]: [0.80]}, learned=two) == REPRODUCED
+    assert s10_positions_verdict(acc | {two[1]: [0.74]}, learned=two) == PARTLY
+    assert s10_positions_verdict(acc | {"learned": [0.70], two[1]: [0.74]}, learned=two) == (
         NOT_REPRODUCED
     )
     with pytest.raises(KeyError):
-        s10_positions_verdict({"none": [0.4], "learned": [0.9]})
+        s10_positions_verdict({"none": [0.4], "learned": [0.9]}, learned=two)
     with pytest.raises(ValueError, match="no encoding besides"):
-        s10_positions_verdict({"learned": [0.9], "learned, start 0.02": [0.9]})
+        s10_positions_verdict({"learned": [0.9]})
 
 
 def test_s10_relative_verdict():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from book.data import CharVocab, char_windows, digits, pydoc_text
+from book.data import CharVocab, breast_cancer, char_windows, digits, package_file, pydoc_text
 
 
 def test_digits_are_the_bundled_1797_images_split_per_class():
@@ -20,6 +20,33 @@ def test_digits_are_the_bundled_1797_images_split_per_class():
     assert not torch.equal(digits(seed=1).test_images, d.test_images)
     with pytest.raises(ValueError, match="test_fraction"):
         digits(test_fraction=1.0)
+
+
+def test_digits_and_breast_cancer_equal_scikit_learns_loaders():
+    """Read from scikit-learn's bundled files without importing it: the same numbers as its
+    own loaders give."""
+    from sklearn.datasets import load_breast_cancer, load_digits
+
+    raw = load_digits()
+    d = digits()
+    images = torch.cat([d.train_images, d.test_images])  # (1797, 8, 8)
+    labels = torch.cat([d.train_labels, d.test_labels])
+    expected = torch.tensor(raw.images, dtype=torch.float32) / 16.0  # (1797, 8, 8)
+    # the split reorders the images: compare them as sorted multisets of (label, pixels)
+    key = lambda x, y: sorted(zip(y.tolist(), x.flatten(1).tolist(), strict=True))  # noqa: E731
+    assert key(images, labels) == key(expected, torch.tensor(raw.target))
+    features, cancer = breast_cancer()
+    raw = load_breast_cancer()
+    assert features.shape == (569, 30) and features.dtype == torch.float64
+    assert torch.equal(features, torch.tensor(raw.data))
+    assert torch.equal(cancer, torch.tensor(raw.target)) and cancer.dtype == torch.int64
+
+
+def test_package_file_names_what_is_missing():
+    with pytest.raises(ModuleNotFoundError, match="no_such_package_x must be installed"):
+        package_file("no_such_package_x", "data.csv")
+    with pytest.raises(FileNotFoundError, match="ships no data file datasets/nothing.csv"):
+        package_file("sklearn", "datasets", "nothing.csv")
 
 
 def test_pydoc_text_is_long_english_and_round_trips_through_the_vocabulary():

@@ -831,6 +831,10 @@ plot_lines(
     logy=True,
     ax=axes[1],
 )
+style = {line.get_label(): (line.get_color(), line.get_marker()) for line in axes[0].get_lines()}
+for line in axes[1].get_lines():  # each kind in the colour and marker it has on the left
+    line.set_color(style[line.get_label()][0])
+    line.set_marker(style[line.get_label()][1])
 axes[1].axvline(n_star, color="0.4", ls="--", lw=1, label=f"n* = {n_star}: n² is half the FLOPs")
 axes[1].legend(fontsize=8)
 fig.tight_layout()

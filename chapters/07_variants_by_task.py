@@ -57,10 +57,10 @@ from book.claims import ch07 as claims07
 from book.claims import claims_table, record_claim
 from book.data import co2_monthly, digits
 from book.diagrams.ch07 import clip_contrastive, patches_to_tokens, shifted_windows
+from book.experiments.parallel import run_keyed
 from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.training import moving_average, train_classifier
 from book.plotting import plot_bar_spread, plot_lines, plot_spread, reference_line, set_style
-from book.progress import progress
 from book.sceptic import sweep_summary
 from measure.cost import fit_power, measure_cost
 
@@ -331,7 +331,9 @@ def digit_batches(images: Tensor, labels: Tensor, n_train: int, seed: int):
 
 # %% [markdown]
 # Same budget for both: 200 steps of Adam ($3 \cdot 10^{-3}$) on batches of 32, three seeds,
-# trained on 150 digits and on all 1,347, tested on the same 450.
+# trained on 150 digits and on all 1,347, tested on the same 450. Each run seeds what it
+# draws, so the twelve runs go side by side, one per core: `run_keyed(f, settings)` returns
+# what `{s: f(s) for s in settings}` would, bit for bit.
 #
 # **Threshold, from the claim.** "ViTs need more data" predicts that with 150 training images
 # the CNN's mean accuracy beats the ViT's by at least `DATA_GAP` = 3 points, and that with all
@@ -349,14 +351,19 @@ def build_vit() -> VisionTransformer:
     )
 
 
-digit_runs = {}
-for n_train in SIZES:
-    for name, build in (("ViT", build_vit), ("CNN", SmallCNN)):
-        for seed in progress(SEEDS, desc=f"{name} on {n_train} digits"):
-            batches = digit_batches(data.train_images, data.train_labels, n_train, seed)
-            digit_runs[name, n_train, seed] = train_classifier(
-                build, batches, steps=VIT_STEPS, seed=seed, clip=None, test=test_digits
-            )
+BUILDS = {"ViT": build_vit, "CNN": SmallCNN}
+
+
+def train_on_digits(setting: tuple[str, int, int]):
+    name, n_train, seed = setting
+    batches = digit_batches(data.train_images, data.train_labels, n_train, seed)
+    return train_classifier(
+        BUILDS[name], batches, steps=VIT_STEPS, seed=seed, clip=None, test=test_digits
+    )
+
+
+settings = [(name, n, seed) for n in SIZES for name in BUILDS for seed in SEEDS]
+digit_runs = run_keyed(train_on_digits, settings, desc="ViT and CNN")
 acc_digits = {
     (name, n): spread([digit_runs[name, n, s].accuracy for s in SEEDS])
     for name in ("ViT", "CNN")
@@ -827,11 +834,15 @@ def train_neighbour_copy(
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 N_COLOURS, COPY_STEPS = 4, 150
-copy_runs = {
-    (shifted, seed): train_neighbour_copy(shifted=shifted, seed=seed, steps=COPY_STEPS)
-    for shifted in (False, True)
-    for seed in progress(SEEDS, desc="neighbour copy")
-}
+
+
+def train_copy(setting: tuple[bool, int]) -> dict:
+    shifted, seed = setting
+    return train_neighbour_copy(shifted=shifted, seed=seed, steps=COPY_STEPS)
+
+
+copy_settings = [(shifted, seed) for shifted in (False, True) for seed in SEEDS]
+copy_runs = run_keyed(train_copy, copy_settings, desc="neighbour copy")
 copy_border = {s: spread([copy_runs[s, seed]["border"] for seed in SEEDS]) for s in (False, True)}
 copy_inside = {s: spread([copy_runs[s, seed]["interior"] for seed in SEEDS]) for s in (False, True)}
 for shifted in (False, True):
@@ -1276,7 +1287,7 @@ for name, build in forecasters.items():
 
 # %% tags=["nbval-check-output"] tolerance="trained-ratio"
 FORECAST_STEPS = claims07.C26_STEPS  # 100 steps of 32 windows, tuned at 50, grid (1e-3, 3e-3, 1e-2)
-forecast_runs = claims07.c26_runs(splits, seeds=SEEDS, steps=FORECAST_STEPS, progress=progress)
+forecast_runs = claims07.c26_runs(splits, seeds=SEEDS, steps=FORECAST_STEPS, progress=True)
 for (series_name, name), t in forecast_runs.items():
     print(f"{series_name:>16} {name:>22}: learning rate {t['lr']:g}, searched "
           f"{min(t['grid']):g} to {max(t['grid']):g}")
@@ -1548,15 +1559,15 @@ def train_quadrant_reader(train: tuple[Tensor, Tensor], test: tuple[Tensor, Tens
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 READER_STEPS = claims07.C27_READER_STEPS  # 300
-readers = {
-    seed: train_quadrant_reader(
-        (data.train_images, data.train_labels),
-        (data.test_images, data.test_labels),
-        seed=seed,
-        steps=READER_STEPS,
-    )  # fmt: skip
-    for seed in progress(SEEDS, desc="quadrant reader")
-}
+
+
+def train_reader(seed: int) -> dict:
+    return train_quadrant_reader((data.train_images, data.train_labels),
+                                 (data.test_images, data.test_labels),
+                                 seed=seed, steps=READER_STEPS)  # fmt: skip
+
+
+readers = run_keyed(train_reader, SEEDS, desc="quadrant reader")
 read_accuracy = spread([r["accuracy"] for r in readers.values()])
 read_mass = {
     w: spread([float(r["mass"][i]) for r in readers.values()]) for i, w in enumerate(QUADRANTS)
@@ -1809,13 +1820,15 @@ START = claims07.CLIP_START_SCALE  # 1/0.07 ≈ 14.3, CLIP's initial scale
 SCALES = {None: "learned τ", START: "1/τ = 14.3", 1.0: "τ = 1"}
 train_pairs = (data.train_images, data.train_labels)
 test_pairs = (data.test_images, data.test_labels)
-clip_runs = {
-    (scale, seed): train_clip(
-        train_pairs, test_pairs, seed=seed, steps=CLIP_STEPS, logit_scale=scale
-    )
-    for scale in SCALES
-    for seed in progress(SEEDS, desc="tiny CLIP")
-}
+
+
+def train_tiny_clip(setting: tuple[float | None, int]) -> dict:
+    scale, seed = setting
+    return train_clip(train_pairs, test_pairs, seed=seed, steps=CLIP_STEPS, logit_scale=scale)
+
+
+clip_runs = run_keyed(train_tiny_clip, [(scale, seed) for scale in SCALES for seed in SEEDS],
+                      desc="tiny CLIP")  # fmt: skip
 retrieval = {
     (scale, direction): spread([clip_runs[scale, s][direction] for s in SEEDS])
     for scale in SCALES

@@ -86,6 +86,7 @@ from book.claims.ch10 import (
 from book.claims_index import recorded_claims
 from book.data import digits
 from book.diagrams.ch10 import capstone_pipeline, reach_in_the_image
+from book.experiments.parallel import run_each, run_keyed
 from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.training import moving_average, train_classifier
 from book.pages.ch05 import TRAIN_LEN, documents_of_length, topic_documents
@@ -344,7 +345,8 @@ print(f"d_model {D_MODEL}, {NUM_HEADS} heads of width {D_MODEL // NUM_HEADS}, d_
 # of 32 training images, then accuracy on all 450 test images, three seeds per
 # configuration. Parameters come from `seed` and batches from `seed + 1`, so two
 # configurations with the same seed start from the same draw and see the same images in the
-# same order.
+# same order. Since every run seeds what it draws, runs can go side by side, one per core:
+# `run_each(train, SEEDS)` returns what `[train(seed) for seed in SEEDS]` would, bit for bit.
 #
 # The threshold for a "working classifier", set before the run: **every seed at an accuracy
 # of at least 0.85**, eight and a half times chance (10 %).
@@ -376,10 +378,13 @@ test_set = (data.test_images.unsqueeze(1), data.test_labels)  # (450, 1, 8, 8), 
 batches = draw_batches(*train_set)
 print(f"{TRAINING}, seeds {SEEDS}; threshold {WORKING_ACCURACY} for every seed; "
       f"{(6 + 3) * len(SEEDS)} encoder trainings in this chapter")
-capstone_runs = [
-    train_classifier(PatchClassifier, batches, seed=seed, test=test_set, **TRAINING)
-    for seed in progress(SEEDS, desc="capstone", leave=False)
-]
+
+
+def train_capstone(seed: int):
+    return train_classifier(PatchClassifier, batches, seed=seed, test=test_set, **TRAINING)
+
+
+capstone_runs = run_each(train_capstone, SEEDS, desc="capstone")
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 capstone_acc = [run.accuracy for run in capstone_runs]
@@ -984,8 +989,9 @@ def long_kernel(kind: str, *, written_out: bool = False, dense: bool = False):
 
 # %%
 long_test = topic_documents(256, LONG_LEN, generator=torch.Generator().manual_seed(10))
-long_acc = {}
-for kind in progress(LONG_KINDS, desc="documents", leave=False):
+
+
+def train_and_read(kind: str) -> list[float]:
     trained = train_classifier(partial(document_classifier, long_kernel(kind, dense=True)),
                                documents_of_length(TRAIN_LEN), seed=0, desc=kind,
                                **LONG_TRAINING).model  # fmt: skip
@@ -994,7 +1000,10 @@ for kind in progress(LONG_KINDS, desc="documents", leave=False):
     with torch.no_grad():  # the mask computed the kernel's function
         torch.testing.assert_close(reader(long_test.tokens[:4]), trained(long_test.tokens[:4]),
                                    rtol=1e-4, atol=1e-4)  # fmt: skip
-    long_acc[kind] = [document_accuracy(reader, long_test)]
+    return [document_accuracy(reader, long_test)]
+
+
+long_acc = run_keyed(train_and_read, LONG_KINDS, desc="documents")
 long_costs = long_task_costs(LONG_LEN)  # {kind: (forward FLOPs per document, peak bytes)}
 
 # %% tags=["nbval-check-output"] tolerance="trained"

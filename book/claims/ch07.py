@@ -24,6 +24,7 @@ from torch import nn
 from attention.blocks import EncoderLayer
 from attention.vision import SwinBlock, VisionTransformer
 from book.data import co2_monthly, digits
+from book.experiments.parallel import run_keyed
 from book.experiments.training import train_classifier
 from book.pages.ch07 import (
     QUADRANTS,
@@ -543,27 +544,29 @@ def c26_splits() -> dict:
 
 def c26_runs(
     splits: dict, names: Sequence[str] | None = None, *, seeds: Sequence[int],
-    steps: int = C26_STEPS, grid: Sequence[float] = C26_GRID, progress=None,
+    steps: int = C26_STEPS, grid: Sequence[float] = C26_GRID, progress: bool = False,
 ) -> dict:  # fmt: skip
     """``{(series, model): tune_and_train(...)}``: every model tuned on the same grid by the
     validation MSE of ``seeds[0]`` after half the budget, then trained on every seed for the
-    whole budget, on every series."""
+    whole budget, on every series; the (series, model) pairs side by side
+    (:func:`~book.experiments.parallel.run_keyed`). ``progress``: a bar over the pairs."""
     builds = forecaster_builds(*C26_GEOMETRY)
     names = list(builds) if names is None else list(names)
-    wrap = progress or (lambda items, desc: items)
-    return {
-        (series, name): tune_and_train(
+    pairs = [(series, name) for series in splits for name in names]
+
+    def tune(pair: tuple[str, str]) -> dict:
+        series, name = pair
+        return tune_and_train(
             builds[name],
-            split,
+            splits[series],
             grid=grid,
             seeds=list(seeds),
             steps=steps,
             batch_size=C26_BATCH,
             tune_steps=max(1, steps // 2),
         )  # fmt: skip
-        for series, split in splits.items()
-        for name in wrap(names, desc=f"forecasters on {series}")
-    }
+
+    return run_keyed(tune, pairs, desc="forecasters" if progress else None)
 
 
 def c26_table(tuned: dict) -> dict:

@@ -36,6 +36,7 @@ from attention.blocks import Encoder
 from attention.checks import check_positive_int
 from book.claims import VERDICTS
 from book.data import digits
+from book.experiments.parallel import run_each
 from book.experiments.training import ClassifierRun, train_classifier
 from book.pages.ch05 import TRAIN_LEN, documents_of_length, topic_documents
 from book.pages.ch05 import accuracy as document_accuracy
@@ -125,17 +126,21 @@ def train_grid(
 ) -> dict[str, list[ClassifierRun]]:
     """``{label: [run per seed]}``: every builder trained with every seed by
     :func:`~book.experiments.training.train_classifier` (``train_kwargs`` pass through: steps,
-    batch size, lr, clip, threads) and scored on the fixed ``test = (inputs, labels)``.
-    ``progress`` shows one bar over the (label, seed) pairs."""
-    runs: dict[str, list[ClassifierRun]] = {label: [] for label in builders}
+    batch size, lr, clip, threads) and scored on the fixed ``test = (inputs, labels)``; the
+    (label, seed) pairs run side by side (:func:`~book.experiments.parallel.run_each`: the
+    numbers of a plain loop). ``progress`` shows one bar over the pairs."""
     pairs = [(label, seed) for label in builders for seed in seeds]
-    iterator = progress_bar(pairs, desc=desc, leave=False) if progress else pairs
-    for label, seed in iterator:
-        runs[label].append(
-            train_classifier(
-                builders[label], make_batch, seed=seed, test=test, desc=label, **train_kwargs
-            )
+
+    def train(pair: tuple[str, int]) -> ClassifierRun:
+        label, seed = pair
+        return train_classifier(
+            builders[label], make_batch, seed=seed, test=test, desc=label, **train_kwargs
         )
+
+    done = run_each(train, pairs, desc=desc if progress else None)
+    runs: dict[str, list[ClassifierRun]] = {label: [] for label in builders}
+    for (label, _), run in zip(pairs, done, strict=True):
+        runs[label].append(run)
     return runs
 
 

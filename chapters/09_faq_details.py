@@ -71,6 +71,7 @@ from book.claims.ch09 import (
 )
 from book.data import digits
 from book.diagrams.ch09 import layernorm_placement, reach_per_layer
+from book.experiments.parallel import run_keyed
 from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.plotting import plot_bar_spread, set_style
 from book.progress import progress
@@ -283,14 +284,21 @@ for name, g in grad_rows.items():
 # and a gradient orders of magnitude larger than softmax's.
 
 # %%
-acc = {n: [] for n in VARIANTS}  # held-out accuracy at SHORT pairs, per seed
-acc_long = {n: [] for n in VARIANTS}  # at LONG pairs
-n_diverged = dict.fromkeys(VARIANTS, 0)  # runs with a non-finite loss
-for name, seed in progress([(n, s) for n in VARIANTS for s in SEEDS], desc="normaliser x seed"):
+def train_and_score(setting: tuple[str, int]) -> tuple[float, float, bool]:
+    """Held-out accuracy at SHORT and at LONG pairs, and whether the loss left the reals."""
+    name, seed = setting
     model, log = train_normaliser(name, seed=seed, **RETRIEVAL)
-    acc[name].append(retrieval_accuracy(model, n_pairs=SHORT, seed=seed + 2))
-    acc_long[name].append(retrieval_accuracy(model, n_pairs=LONG, seed=seed + 2))
-    n_diverged[name] += not all(math.isfinite(x) for x in log.losses)
+    return (retrieval_accuracy(model, n_pairs=SHORT, seed=seed + 2),
+            retrieval_accuracy(model, n_pairs=LONG, seed=seed + 2),
+            not all(math.isfinite(x) for x in log.losses))  # fmt: skip
+
+
+# the (normaliser, seed) runs side by side, one per core: the numbers of a plain loop
+scores = run_keyed(train_and_score, [(n, s) for n in VARIANTS for s in SEEDS],
+                   desc="normaliser x seed")  # fmt: skip
+acc = {n: [scores[n, s][0] for s in SEEDS] for n in VARIANTS}  # at SHORT pairs, per seed
+acc_long = {n: [scores[n, s][1] for s in SEEDS] for n in VARIANTS}  # at LONG pairs
+n_diverged = {n: sum(scores[n, s][2] for s in SEEDS) for n in VARIANTS}  # non-finite losses
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
@@ -1229,12 +1237,15 @@ DEPTH_SETUP = {"steps": 150, "batch_size": 16, "length": 8, "d_model": 16, "voca
 print(f"setup: {DEPTH} layers, {DEPTH_SETUP}, learning rates {LRS}, warm-up {WARMUP} steps, "
       f"seeds {SEEDS}; failure: final loss >= {0.95 * START:.3f} (5 % under ln 16 = "
       f"{START:.3f}), over the last 20 steps")  # fmt: skip
-depth_runs = {
-    (pre, warm): train_depth(
-        DEPTH, pre_ln=pre, lrs=LRS, warmup=warm, seeds=SEEDS, **DEPTH_SETUP
-    )
-    for pre, warm in progress([(False, 0), (False, WARMUP), (True, 0)], desc="layout, warm-up")
-}
+
+
+def train_layout(layout: tuple[bool, int]) -> dict:
+    pre_ln, warmup = layout
+    return train_depth(DEPTH, pre_ln=pre_ln, lrs=LRS, warmup=warmup, seeds=SEEDS, **DEPTH_SETUP)
+
+
+# (Pre-LN?, warm-up steps), side by side
+depth_runs = run_keyed(train_layout, [(False, 0), (False, WARMUP), (True, 0)], desc="layout")
 failures = {
     ("Pre-LN" if pre else "Post-LN", warm): sum(
         run_failed(final_loss(losses), start_loss=START) for losses in runs.values()
@@ -1572,13 +1583,17 @@ for task, (_, vocab, length, readout) in TASKS.items():
 seen = 1 + 2 * costs["convolution (k=3)"]["reach"]
 print(f"ends: two width-3 convolution layers let the last position see the last {seen} "
       f"positions; the first token is {TASKS['ends'][2] - 1} positions away")
-mixer_runs = {
-    (task, mixer): [mixer_accuracy(task, mixer, seed=s, **TASK_SETUP[task]) for s in SEEDS]
-    for task, mixer in progress(
-        [(t, m) for t in ("motif", "ends") for m in ("convolution", "attention")],
-        desc="task x mixer",
-    )
-}
+
+
+def run_mixer(setting: tuple[str, str, int]) -> float:
+    task, mixer, seed = setting
+    return mixer_accuracy(task, mixer, seed=seed, **TASK_SETUP[task])
+
+
+mixer_settings = [(t, m, s) for t in ("motif", "ends") for m in ("convolution", "attention")
+                  for s in SEEDS]  # fmt: skip
+mixer_acc = run_keyed(run_mixer, mixer_settings, desc="task x mixer x seed")
+mixer_runs = {(t, m): [mixer_acc[t, m, s] for s in SEEDS] for t, m, _ in mixer_settings}
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)

@@ -10,7 +10,9 @@ notebook is reopened. When the loop ends the output is replaced by a line withou
 same text and a reopened notebook shows what the run left. An erased bar's output is reused by
 the next bar of the same cell, so a loop of inner bars leaves one empty output, not one each.
 Outside a kernel (scripts, tests, the benchmark) it is tqdm's usual text bar on stderr.
-``TQDM_DISABLE=1`` turns every bar off.
+``TQDM_DISABLE=1`` turns every bar off, and so does :func:`silence` in a process of its own
+(the worker processes of :mod:`book.experiments.parallel`, whose bars would draw into the
+parent's outputs).
 """
 
 from __future__ import annotations
@@ -88,9 +90,20 @@ class TextDisplayBar(tqdm):
             TextDisplayBar._erased.append((_cell(), self._handle))
 
 
+_silenced = False
+
+
+def silence() -> None:
+    """Draw no bar from now on in this process (:func:`progress` still iterates)."""
+    global _silenced
+    _silenced = True
+
+
 def progress(
     iterable: Iterable[T], *, desc: str, total: int | None = None, leave: bool = True
 ) -> Iterator[T]:
     """``iterable`` with a progress bar labelled ``desc`` (``leave=False``: erase it when done)."""
+    if _silenced:
+        return tqdm(iterable, desc=desc, total=total, leave=leave, disable=True)
     bar = TextDisplayBar if in_kernel() else tqdm
     return bar(iterable, desc=desc, total=total, leave=leave)

@@ -73,6 +73,7 @@ from book.experiments.gradients import (
     recurrence_rounds,
     sequential_depth,
 )
+from book.experiments.parallel import run_keyed
 from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.training import fit, moving_average, train_classifier
 from book.plotting import plot_attention, plot_bar_spread, plot_lines, reference_line, set_style
@@ -873,36 +874,31 @@ runs_c3 = {
     "LSTM 32, forget bias +3": (lstm(32, forget_bias=3.0), early_task, SEEDS),
     "LSTM 32, forget bias +5": (lstm(32, forget_bias=5.0), early_task, SEEDS),
 }
-results_c3 = {}
-for name, (build, task, seeds) in runs_c3.items():
-    if "forget bias" in name:
-        continue  # trained in the next cell
-    for seed in seeds:
-        results_c3[name, seed] = train_classifier(
-            build, batches(task), steps=STEPS, batch_size=BATCH, lr=LR, seed=seed, progress=True,
-            desc=f"{name}, seed {seed}",
-        )  # fmt: skip
+
+
+def train_c3(setting: tuple[str, int]):
+    name, seed = setting
+    build, task, _ = runs_c3[name]
+    return train_classifier(build, batches(task), steps=STEPS, batch_size=BATCH, lr=LR,
+                            seed=seed)  # fmt: skip
+
+
+def settings_c3(remedy: bool) -> list[tuple[str, int]]:
+    """(name, seed) of every run, of the forget-bias remedy's runs only, or of the others."""
+    return [(name, seed) for name, (_, _, seeds) in runs_c3.items()
+            if ("forget bias" in name) == remedy for seed in seeds]  # fmt: skip
+
+
+# every run seeds what it draws, so the runs go side by side, one per core: what a loop over
+# the settings would give, bit for bit (the forget-bias runs are in the next cell)
+results_c3 = run_keyed(train_c3, settings_c3(remedy=False), desc="C3 runs")
 
 # %% [markdown]
 # The expert's remedy: the same 32-unit LSTM, the same batches, the forget gate opened at
 # initialisation.
 
 # %%
-results_c3 |= {
-    (name, seed): train_classifier(
-        build,
-        batches(task),
-        steps=STEPS,
-        batch_size=BATCH,
-        lr=LR,
-        seed=seed,
-        progress=True,
-        desc=f"{name}, seed {seed}",
-    )  # fmt: skip
-    for name, (build, task, seeds) in runs_c3.items()
-    if "forget bias" in name
-    for seed in seeds
-}
+results_c3 |= run_keyed(train_c3, settings_c3(remedy=True), desc="forget-bias runs")
 acc_c3 = {
     name: [results_c3[name, s].accuracy for s in seeds] for name, (_, _, seeds) in runs_c3.items()
 }

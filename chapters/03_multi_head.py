@@ -67,6 +67,7 @@ from book.claims.ch03 import (
     kv_cache_verdict,
 )
 from book.diagrams.ch03 import split_attend_concat
+from book.experiments.parallel import run_keyed
 from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.tasks import pair_token_names
 from book.plotting import plot_heads, plot_lines, plot_spread, reference_line, set_style
@@ -793,9 +794,14 @@ def train_pairs(
 
 
 # %%
-runs = {}  # (num_heads, seed) -> PairsRun; section 3.5 adds more
-for h in (1, 2, 4):
-    runs[h, 0] = train_pairs(num_heads=h, seed=0, progress=True)
+def train_heads(setting: tuple[int, int]) -> PairsRun:
+    num_heads, seed = setting
+    return train_pairs(num_heads=num_heads, seed=seed)
+
+
+# (num_heads, seed) -> PairsRun; sections 3.4 and 3.5 add more. Every run seeds what it draws,
+# so the runs go side by side, one per core: what a loop over the settings gives, bit for bit.
+runs = run_keyed(train_heads, [(h, 0) for h in (1, 2, 4)], desc="heads")
 print(runs[2, 0].model)  # the model trained here (2 heads): every module and its sizes
 print(f"parameters: {sum(p.numel() for p in runs[2, 0].model.parameters()):,}")
 
@@ -863,10 +869,8 @@ for ax in fig.axes[:2]:
 
 # %% tags=["nbval-check-output"] tolerance="trained"
 print("thresholds:", ", ".join(f"{name} {v}" for name, v in C9B_THRESHOLDS.items()))
-for h in (1, 2, 4):
-    for seed in SEEDS:
-        if (h, seed) not in runs:
-            runs[h, seed] = train_pairs(num_heads=h, seed=seed, progress=True)
+runs |= run_keyed(train_heads, [(h, s) for h in (1, 2, 4) for s in SEEDS if (h, s) not in runs],
+                  desc="heads x seeds")  # fmt: skip
 for seed in SEEDS:
     masses = {h: " ".join(f"({p:.2f}, {q:.2f})" for p, q in runs[h, seed].head_mass.tolist())
               for h in (1, 2, 4)}  # fmt: skip
@@ -948,10 +952,8 @@ for setting in stored_sweeps()["C9b"]["perturbations"]:  # what failed, where so
 
 # %%
 HEADS = (1, 2, 4, 8, 16)  # C10_MARGIN = 0.1, C10_PRACTICE_HEAD_WIDTH = (64, 128): book.claims.ch03
-for h in HEADS:
-    for seed in SEEDS:
-        if (h, seed) not in runs:
-            runs[h, seed] = train_pairs(num_heads=h, seed=seed, progress=True)
+runs |= run_keyed(train_heads, [(h, s) for h in HEADS for s in SEEDS if (h, s) not in runs],
+                  desc="heads x seeds")  # fmt: skip
 
 
 def final_loss(run, window=50):
@@ -1036,10 +1038,10 @@ print(f"best head count h = {best_h}: mean accuracy {ablation[best_h]['both']:.3
 # (the previous-token relation is slower to learn that way).
 
 # %%
-control = {
-    h: train_pairs(num_heads=h, seed=0, steps=600, positional="sinusoidal", progress=True)
-    for h in (2, 16)
-}
+control = run_keyed(
+    lambda h: train_pairs(num_heads=h, seed=0, steps=600, positional="sinusoidal"), (2, 16),
+    desc="sinusoidal control",
+)
 for h, run in control.items():
     print(
         f"sinusoidal positions, h={h:>2} (d_k {32 // h:>2}): accuracy previous "

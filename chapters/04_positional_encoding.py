@@ -69,6 +69,7 @@ from book.claims.ch04 import (
     lookback_accuracy_over_seeds,
 )
 from book.diagrams.ch04 import rope_rotation
+from book.experiments.parallel import run_keyed
 from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.plotting import (
     plot_attention,
@@ -1004,6 +1005,8 @@ def lookback_accuracy(
 # table of 128, RoPE) and ALiBi are trained once per seed of `SEEDS` (three;
 # `lookback_accuracy_over_seeds`); the two controls (no positions, which
 # cannot express the task, and the table of 32, which cannot run past it) once, with seed 0.
+# Every run seeds what it draws, so the fourteen runs go side by side, one per core
+# (`run_keyed(f, settings)` returns what `{s: f(s) for s in settings}` would, bit for bit).
 #
 # **The tests, fixed before the run.** C14 ("quality drops past the training length"): every
 # seed of the sinusoidal model reaches `LEARNED` = 0.9 at 32 tokens, and its mean accuracy at
@@ -1048,18 +1051,22 @@ def accuracies_of(model) -> list[float | None]:
     return [lookback_accuracy(model, n, offset=OFFSET) for n in TEST_LENGTHS]
 
 
-models, losses = {}, {}
-for name in variants:
-    models[name], log = run(name, SEED)
-    losses[name] = log.losses
-accuracy = {name: accuracies_of(model) for name, model in models.items()}
-# accuracy_seeds[name][n]: one accuracy per seed at test length n (seed 0's from above)
+def train_and_test(setting: tuple[str, int]):
+    """The trained model, its losses and its accuracy at each of TEST_LENGTHS."""
+    model, log = run(*setting)
+    return model, log.losses, accuracies_of(model)
+
+
+settings = [(name, SEED) for name in variants]
+settings += [(name, seed) for name in MULTI_SEED for seed in SEEDS if seed != SEED]
+trained = run_keyed(train_and_test, settings, desc="variant x seed")
+models = {name: trained[name, SEED][0] for name in variants}
+losses = {name: trained[name, SEED][1] for name in variants}
+accuracy = {name: trained[name, SEED][2] for name in variants}
+# accuracy_seeds[name][n]: one accuracy per seed at test length n
 accuracy_seeds = {
     name: lookback_accuracy_over_seeds(
-        lambda seed, name=name: accuracies_of(run(name, seed)[0]),
-        TEST_LENGTHS,
-        seeds=SEEDS,
-        done={SEED: accuracy[name]},
+        lambda seed, name=name: trained[name, seed][2], TEST_LENGTHS, seeds=SEEDS
     )
     for name in MULTI_SEED
 }

@@ -80,6 +80,7 @@ from book.experiments.gradients import (
     path_lengths,
     recurrence_rounds,
 )
+from book.experiments.parallel import run_keyed
 from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.experiments.training import first_step_below, moving_average, train_classifier
 from book.plotting import plot_attention, plot_heads, plot_lines, reference_line, set_style
@@ -452,7 +453,10 @@ def train(attn_fn, seed: int, desc: str):
     )
 
 
-dense_runs = {seed: train(torch_sdpa, seed, f"full attention, seed {seed}") for seed in SEEDS}
+# The seeds train side by side, one per core: every run seeds what it draws, so `run_keyed`
+# gives what `{seed: ... for seed in SEEDS}` would, bit for bit.
+dense_runs = run_keyed(lambda seed: train(torch_sdpa, seed, f"full attention, seed {seed}"),
+                       SEEDS, desc="full attention")  # fmt: skip
 dense_run, model = dense_runs[0], dense_runs[0].model
 
 # %%
@@ -1003,14 +1007,18 @@ for name in reach_rows:
 # in the next subsection, with depth.
 
 # %%
-runs = {"full attention": dense_run}
-for name in trained_variants:
-    runs[name] = train(variants[name], 0, name)
-linear_runs = {0: runs["linear (elu+1)"]}
-bigbird_runs = {0: runs["BigBird, blocks of 8"]}
-for seed in SEEDS[1:]:
-    linear_runs[seed] = train(variants["linear (elu+1)"], seed, f"linear (elu+1), seed {seed}")
-    bigbird_runs[seed] = train(variants["BigBird, blocks of 8"], seed, f"BigBird, seed {seed}")
+def train_variant(setting: tuple[str, int]):
+    name, seed = setting
+    return train(variants[name], seed, f"{name}, seed {seed}")
+
+
+settings = [(name, 0) for name in trained_variants]
+seeded = ("linear (elu+1)", "BigBird, blocks of 8")  # their verdicts turn on what they learn
+settings += [(name, seed) for name in seeded for seed in SEEDS[1:]]
+variant_runs = run_keyed(train_variant, settings, desc="variant x seed")
+runs = {"full attention": dense_run} | {name: variant_runs[name, 0] for name in trained_variants}
+linear_runs = {seed: variant_runs["linear (elu+1)", seed] for seed in SEEDS}
+bigbird_runs = {seed: variant_runs["BigBird, blocks of 8", seed] for seed in SEEDS}
 acc = {name: run.accuracy for name, run in runs.items()}
 acc_long = {"full attention": acc512[0]}
 acc_long |= {name: accuracy(run.model, test512) for name, run in runs.items() if name in variants}
@@ -1154,20 +1162,18 @@ def deep_classifier(variant, layers):
     return classifier(MaskedAttnFn(variant), num_layers=layers, max_len=SHORT_LEN)
 
 
-depth_runs = {
-    (name, seed): train_classifier(
-        lambda v=variant, n=layers: deep_classifier(v, n),
-        short_documents,
-        steps=STEPS,
-        batch_size=BATCH,
-        lr=LR,
-        seed=seed,
-        progress=True,
-        desc=f"{name}, seed {seed}",
-    )  # fmt: skip
-    for name, (variant, layers, seeds) in depth_configs.items()
-    for seed in seeds
-}
+def train_deep(setting: tuple[str, int]):
+    name, seed = setting
+    variant, layers, _ = depth_configs[name]
+    return train_classifier(lambda: deep_classifier(variant, layers), short_documents,
+                            steps=STEPS, batch_size=BATCH, lr=LR, seed=seed)  # fmt: skip
+
+
+depth_runs = run_keyed(
+    train_deep,
+    [(name, seed) for name, (_, _, seeds) in depth_configs.items() for seed in seeds],
+    desc="depth runs",
+)
 acc_depth = {
     name: [depth_runs[name, s].accuracy for s in seeds]
     for name, (_, _, seeds) in depth_configs.items()

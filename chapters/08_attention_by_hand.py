@@ -54,9 +54,9 @@ from attention.heads import MultiHeadAttention, SelfAttention, merge_heads, spli
 from attention.masks import causal_mask, from_torch_attn_mask
 from book.claims import claims_table, record_claim
 from book.diagrams.ch08 import merge_layouts, split_layouts, weight_layout
+from book.experiments.parallel import run_each
 from book.experiments.seeds import SEEDS, make_deterministic, spread
 from book.plotting import plot_bar_spread, set_style
-from book.progress import progress
 from book.sceptic import sweep_summary
 
 set_style()
@@ -837,10 +837,10 @@ setup = {
 }
 print("setup of every run:", setup, "| seeds:", SEEDS)
 TRAINED = (CORRECT, *SILENT_WRONG)
-runs = [
-    train_layout(name, seed=seed)
-    for name, seed in progress([(n, s) for n in TRAINED for s in SEEDS], desc="layouts x seeds")
-]
+# the runs side by side, one per core: what the loop `[train_layout(n, seed=s) for n, s in
+# settings]` gives, bit for bit (every run seeds what it draws)
+runs = run_each(lambda setting: train_layout(setting[0], seed=setting[1]),
+                [(n, s) for n in TRAINED for s in SEEDS], desc="layouts x seeds")  # fmt: skip
 both = claims.accuracy_spreads(runs)  # layout -> Spread of the mean accuracy over the two digits
 relation = {
     rel: {n: [r.accuracy[i] for r in runs if r.layout == n] for n in TRAINED}

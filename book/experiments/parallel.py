@@ -15,7 +15,8 @@ process ran it or on what ran before it; then the results are bit-identical to t
 - Workers are forked from the running process (a notebook's kernel included), so ``fn`` may
   be a lambda or a function defined in a notebook: only the items' positions and the results
   travel between processes, and the results must be picklable (tensors, models, numbers).
-- Each worker computes with one torch thread, as the book's training loops do.
+- Each worker computes with one torch thread, as the book's training loops do, and draws no
+  progress bar (:func:`book.progress.silence`); ``fn`` should not draw figures either.
 - One process (no worker) where forking is unsafe or unavailable (macOS, Windows), inside a
   worker (no nesting), with one item, or with ``BOOK_WORKERS=1``; ``BOOK_WORKERS=N`` sets the
   number of workers (default: the cores this process may use, at most one per item).
@@ -34,6 +35,7 @@ from typing import TypeVar
 import torch
 
 from book.progress import progress as progress_bar
+from book.progress import silence as silence_progress_bars
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -74,6 +76,7 @@ def _start_worker() -> None:
     global _in_worker
     _in_worker = True
     torch.set_num_threads(1)
+    silence_progress_bars()  # a worker's bar would draw into the parent's notebook output
 
 
 def _run_item(index: int):

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 import torch
 
-from book.progress import progress as progress_bar
+from book.experiments.parallel import run_each
 
 T = TypeVar("T")
 
@@ -109,7 +109,9 @@ def over_seeds(
     progress: bool = False,
     desc: str = "seeds",
 ) -> list[T]:
-    """``[run(seed) for seed in seeds]``, with a progress bar if asked."""
+    """``[run(seed) for seed in seeds]``, the seeds side by side
+    (:func:`~book.experiments.parallel.run_each`: ``run`` must seed what it draws, as the
+    book's training functions do), with a progress bar if asked."""
     if not callable(run):
         raise TypeError(f"run must be callable (seed -> result), got {type(run).__name__}")
     seeds = list(seeds)
@@ -117,5 +119,4 @@ def over_seeds(
         raise ValueError(f"seeds must be a non-empty sequence of ints, got {seeds!r}")
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct, got {seeds!r}")
-    iterator = progress_bar(seeds, desc=desc, leave=False) if progress else seeds
-    return [run(seed) for seed in iterator]
+    return run_each(run, seeds, desc=desc if progress else None)

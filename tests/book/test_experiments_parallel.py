@@ -124,3 +124,16 @@ def test_run_keyed(two_workers):
     assert run_keyed(lambda k: k * 2, ("a", "b")) == {"a": "aa", "b": "bb"}
     with pytest.raises(ValueError, match="keys must be distinct"):
         run_keyed(str, (1, 1))
+
+
+@needs_fork
+def test_a_worker_draws_no_progress_bar(two_workers):
+    from book.progress import progress
+
+    def bar_state(i: int) -> tuple[bool, list[int]]:
+        bar = progress(range(i), desc="inner")
+        return bar.disable, list(bar)
+
+    assert run_each(bar_state, (2, 3)) == [(True, [0, 1]), (True, [0, 1, 2])]
+    if not os.environ.get("TQDM_DISABLE"):
+        assert progress(range(1), desc="here").disable is False  # the parent still draws

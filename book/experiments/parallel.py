@@ -17,9 +17,10 @@ process ran it or on what ran before it; then the results are bit-identical to t
   travel between processes, and the results must be picklable (tensors, models, numbers).
 - Each worker computes with one torch thread, as the book's training loops do, and draws no
   progress bar (:func:`book.progress.silence`); ``fn`` should not draw figures either.
-- One process (no worker) where forking is unsafe or unavailable (macOS, Windows), inside a
-  worker (no nesting), with one item, or with ``BOOK_WORKERS=1``; ``BOOK_WORKERS=N`` sets the
-  number of workers (default: the cores this process may use, at most one per item).
+- One process (no worker) where forking is unsafe or unavailable (macOS, Windows, a process
+  that has started CUDA), inside a worker (no nesting), with one item, or with
+  ``BOOK_WORKERS=1``; ``BOOK_WORKERS=N`` sets the number of workers (default: the cores this
+  process may use, at most one per item).
 - The parent's global random state is left as it was, where a plain loop would leave it
   wherever the last run did; a cell after the loop that draws from it must seed it first.
 """
@@ -59,7 +60,8 @@ def available_cores() -> int:
 def worker_count(n_items: int) -> int:
     """How many worker processes :func:`run_each` uses for ``n_items`` items (1: none, the
     loop runs in this process): ``BOOK_WORKERS`` if set, else :func:`available_cores`, at
-    most ``n_items``; 1 where forking is unsafe or inside a worker."""
+    most ``n_items``; 1 where forking is unsafe (macOS, Windows, after CUDA has started) or
+    inside a worker."""
     setting = os.environ.get(WORKERS_ENV, "").strip()
     if setting:
         if not setting.isdigit() or int(setting) < 1:
@@ -69,6 +71,8 @@ def worker_count(n_items: int) -> int:
         wanted = available_cores()
     if _in_worker or not sys.platform.startswith("linux"):
         return 1  # torch (and Apple's libraries) are not fork-safe on macOS; no fork on Windows
+    if torch.cuda.is_initialized():
+        return 1  # a forked child cannot use the CUDA context its parent started
     return max(1, min(wanted, n_items))
 
 

@@ -103,6 +103,9 @@ def test_worker_count(monkeypatch):
     monkeypatch.setattr(sys, "platform", "darwin")  # not fork-safe: one process
     assert worker_count(10) == 1
     monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # children could not use it
+    assert worker_count(10) == 1
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(parallel, "_in_worker", True)
     assert worker_count(10) == 1
 
